@@ -1,0 +1,35 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# CPU build of torch that lies on these machines' disk; an unpinned torch pulls a multi-GB CUDA build.
+TORCH_PIN ?= torch==2.13.0
+
+.PHONY: demo test test-slow lint install clean
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_PIN)"
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/weaver models pull smollm2
+	$(VENV)/bin/weaver generate "Explain in three sentences why the sky is blue." --max-new-tokens 96
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check src tests scripts
+	$(PY) -m pytest -q -m "not slow and not gpu" --durations=15
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m "slow and not gpu"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests scripts
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
