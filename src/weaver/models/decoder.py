@@ -1,0 +1,140 @@
+"""The target decoder: embeddings, a stack of (attention | GDN) + MLP blocks, final norm, LM head.
+
+`forward(tokens, cache)` is the single entry point: a chain (prefill or decode; commits as it goes)
+when `parents` is None, a tree verify otherwise (writes only scratch; follow with `commit(path)`).
+Parameter names equal HF's, so HF safetensors load with `load_state_dict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from weaver.models import backend
+from weaver.models.attention import Attention
+from weaver.models.cache import AttentionCache, GDNCache, ModelCache, allocate_cache
+from weaver.models.config import ModelConfig
+from weaver.models.gdn import GatedDeltaNet
+from weaver.models.mlp import MLP
+from weaver.models.norm import RMSNorm
+from weaver.models.rope import rope_cos_sin, rope_inv_freq
+from weaver.models.step import StepInputs, build_step
+
+
+@dataclass
+class ForwardOutput:
+    logits: torch.Tensor  # [B, T', V] float32 (T' = T, or 1 with last_only)
+    hidden: torch.Tensor  # [B, T', hidden] after the final norm
+    captured: torch.Tensor | None  # [B, T, len(capture_layers) * hidden]: outputs of chosen layers
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.kind = cfg.layer_types[layer_idx]
+        if self.kind == "linear_attention":
+            self.linear_attn = GatedDeltaNet(cfg, layer_idx)
+        else:
+            self.self_attn = Attention(cfg, layer_idx)
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
+
+    def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
+        h = self.input_layernorm(x)
+        if self.kind == "linear_attention":
+            h = self.linear_attn(h, cache, step)
+        else:
+            h = self.self_attn(h, cache, step, rope)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class DecoderBody(nn.Module):
+    """HF's `model.*` submodule (embed_tokens, layers, norm)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
+
+
+class Decoder(nn.Module):
+    """Causal LM with static caches and tree verification."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderBody(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.register_buffer("rope_inv_freq", rope_inv_freq(cfg), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def allocate_cache(self, batch_size: int, capacity: int) -> ModelCache:
+        return allocate_cache(self.config, batch_size, capacity, self.device, self.dtype)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [B, T]
+        cache: ModelCache,
+        parents: torch.Tensor | None = None,  # [B, T] tree verify when given
+        depth: torch.Tensor | None = None,  # [B, T] node depths (tree verify)
+        last_only: bool = False,  # logits of the last position only (prefill)
+        capture_layers: tuple[int, ...] = (),
+    ) -> ForwardOutput:
+        b, t = tokens.shape
+        step = build_step(
+            cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window()
+        )
+        if step.is_tree and self.config.has_gdn:
+            step.tree_structure = backend.build_tree_structure(parents)
+        x = self.model.embed_tokens(tokens)
+        rope = rope_cos_sin(step.positions, self.rope_inv_freq, x.dtype)
+        captured = []
+        for i, layer in enumerate(self.model.layers):
+            x = layer(x, cache.layers[i], step, rope)
+            if i in capture_layers:
+                captured.append(x)
+        if not step.is_tree:
+            cache.lengths.add_(t)
+        if last_only:
+            x = x[:, -1:]
+        hidden = self.model.norm(x)
+        logits = self.lm_head(hidden).float()
+        cap = torch.cat(captured, dim=-1) if captured else None
+        return ForwardOutput(logits=logits, hidden=hidden, captured=cap)
+
+    def commit(self, cache: ModelCache, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
+        """Keep the accepted tree path (node ids [B, P] root..leaf, -1 padded; counts [B] incl. root).
+
+        K/V of path node j moves from slot length+path[j] to slot length+j; GDN states fold the path.
+        """
+        valid = path >= 0
+        node = torch.where(valid, path, torch.zeros_like(path))
+        base = cache.lengths[:, None]
+        offsets = torch.arange(path.shape[1], device=path.device)[None, :]
+        src = base + node
+        dst = torch.where(valid, base + offsets, src)  # padded entries copy a slot onto itself
+        for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
+            if isinstance(layer_cache, AttentionCache):
+                layer.self_attn.commit(layer_cache, src, dst)
+            elif isinstance(layer_cache, GDNCache):
+                layer.linear_attn.commit(layer_cache, path)
+        cache.lengths.add_(num_accepted)
+
+    def _sliding_window(self) -> int | None:
+        if "sliding_attention" in self.config.layer_types:
+            return self.config.sliding_window
+        return None

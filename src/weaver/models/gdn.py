@@ -1,0 +1,80 @@
+"""Gated DeltaNet token mixer (Qwen3.5 / Qwen3.6 linear-attention layers), DESIGN §4.1.
+
+Chain forward (prefill, decode) advances the committed state in place; tree verify runs the tree conv
+and the tree delta rule from the committed state without writing it, stashing (k, delta, G) and the
+pre-conv inputs; `commit` folds the accepted path into the state (no replay of the layer).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from weaver.models import backend
+from weaver.models.cache import GDNCache
+from weaver.models.config import ModelConfig
+from weaver.models.norm import GatedRMSNorm
+from weaver.models.step import StepInputs
+
+
+class ConvWeight(nn.Module):
+    """Holds the depthwise conv weight under HF's name and shape: conv1d.weight [C, 1, W]."""
+
+    def __init__(self, channels: int, width: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels, 1, width))
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_k_heads = cfg.linear_num_key_heads
+        self.num_v_heads = cfg.linear_num_value_heads
+        self.head_k_dim = cfg.linear_key_head_dim
+        self.head_v_dim = cfg.linear_value_head_dim
+        self.key_dim = self.num_k_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        conv_dim = cfg.gdn_conv_dim
+        self.in_proj_qkv = nn.Linear(cfg.hidden_size, conv_dim, bias=False)
+        self.in_proj_z = nn.Linear(cfg.hidden_size, self.value_dim, bias=False)
+        self.in_proj_b = nn.Linear(cfg.hidden_size, self.num_v_heads, bias=False)
+        self.in_proj_a = nn.Linear(cfg.hidden_size, self.num_v_heads, bias=False)
+        self.conv1d = ConvWeight(conv_dim, cfg.linear_conv_kernel_dim)
+        self.dt_bias = nn.Parameter(torch.ones(self.num_v_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
+        self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
+        b, t, _ = x.shape
+        mixed = self.in_proj_qkv(x)  # [B, T, C] raw pre-conv inputs
+        weight = self.conv1d.weight[:, 0, :]  # [C, W]
+        if step.is_tree:
+            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure)
+        else:
+            conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
+            cache.conv.copy_(new_conv)
+        q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
+        q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
+        k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
+        v = v.reshape(b, t, self.num_v_heads, self.head_v_dim)
+        beta = torch.sigmoid(self.in_proj_b(x)).float()
+        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
+        if step.is_tree:
+            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure)
+            cache.aux, cache.tree_x = aux, mixed
+        else:
+            o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state)
+            cache.state.copy_(new_state)
+        z = self.in_proj_z(x).reshape(b, t, self.num_v_heads, self.head_v_dim)
+        o = self.norm(o.to(x.dtype), z)
+        return self.out_proj(o.reshape(b, t, self.value_dim))
+
+    def commit(self, cache: GDNCache, path: torch.Tensor) -> None:
+        """Fold the accepted path (node ids [B, P], -1 padded) into the state and the conv window."""
+        if cache.aux is None or cache.tree_x is None:
+            raise RuntimeError("GDN commit called without a preceding tree verify")
+        cache.state.copy_(backend.gdn_tree_commit(cache.aux, path, cache.state))
+        cache.conv.copy_(backend.conv_state_commit(cache.tree_x, path, cache.conv))

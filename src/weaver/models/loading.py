@@ -1,0 +1,122 @@
+"""Build a Decoder from a HF directory (config.json + safetensors) or from a config with random weights."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
+
+from weaver.errors import CheckpointError
+from weaver.models.config import ModelConfig, load_config
+from weaver.models.decoder import Decoder
+from weaver.models.norm import GatedRMSNorm, RMSNorm
+
+# Checkpoints of multimodal wrappers (Qwen3.5/3.6 VL) keep the text decoder under another prefix.
+_PREFIX_REWRITES = (("model.language_model.", "model."),)
+_SKIPPED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
+
+
+def build_model(cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+    """An uninitialised Decoder on `device` (fill it with `load_weights` or `init_random_weights`)."""
+    with torch.device(device):
+        model = Decoder(cfg)
+    return model.to(dtype=dtype).eval().requires_grad_(False)
+
+
+@torch.no_grad()
+def init_random_weights(model: Decoder, seed: int = 0) -> Decoder:
+    """Deterministic random weights with sane scales (std 0.02 linears, unit norms, HF-like GDN gates)."""
+    gen = torch.Generator(device=model.device).manual_seed(seed)
+    for name, param in model.named_parameters():
+        if name.endswith("A_log"):
+            a = torch.empty(param.shape, device=param.device).uniform_(1.0, 16.0, generator=gen)
+            param.copy_(torch.log(a))
+        elif name.endswith("dt_bias"):
+            param.fill_(1.0)
+        elif name.endswith("conv1d.weight"):
+            bound = 1.0 / math.sqrt(param.shape[-1])
+            param.copy_(torch.empty(param.shape, device=param.device).uniform_(-bound, bound, generator=gen))
+        elif param.ndim == 1:
+            continue  # norms and biases: handled below
+        else:
+            param.copy_(torch.empty(param.shape, device=param.device).normal_(0.0, 0.02, generator=gen))
+    for module in model.modules():
+        if isinstance(module, RMSNorm):
+            module.weight.fill_(0.0 if module.offset else 1.0)
+        elif isinstance(module, GatedRMSNorm):
+            module.weight.fill_(1.0)
+        elif isinstance(module, torch.nn.Linear) and module.bias is not None:
+            module.bias.zero_()
+    return model
+
+
+def _safetensors_files(model_dir: Path) -> list[Path]:
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise CheckpointError(f"{index} is not a valid safetensors index: {exc}") from None
+        return [model_dir / name for name in sorted(set(weight_map.values()))]
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError(f"no *.safetensors weights in {model_dir}")
+    return files
+
+
+def _rename(name: str) -> str | None:
+    for old, new in _PREFIX_REWRITES:
+        if name.startswith(old):
+            name = new + name[len(old) :]
+    if name.startswith(_SKIPPED_PREFIXES):
+        return None
+    return name
+
+
+@torch.no_grad()
+def load_weights(model: Decoder, model_dir: str | Path) -> Decoder:
+    """Copy HF safetensors (by HF parameter names) into the model; any mismatch is a CheckpointError."""
+    model_dir = Path(model_dir)
+    params = dict(model.named_parameters())
+    seen: set[str] = set()
+    for file in _safetensors_files(model_dir):
+        if not file.exists():
+            raise CheckpointError(f"missing weight file {file}")
+        try:
+            tensors = load_file(str(file), device="cpu")
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {file}: {exc}") from None
+        for raw_name, tensor in tensors.items():
+            name = _rename(raw_name)
+            if name is None:
+                continue
+            if name not in params:
+                if name == "lm_head.weight" and model.config.tie_word_embeddings:
+                    continue
+                raise CheckpointError(f"{file.name}: unexpected parameter {raw_name!r} for this config")
+            target = params[name]
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise CheckpointError(
+                    f"{file.name}: {raw_name} has shape {tuple(tensor.shape)}, config expects {tuple(target.shape)}"
+                )
+            target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+            seen.add(name)
+    if model.config.tie_word_embeddings:
+        seen.add("lm_head.weight")
+    missing = sorted(set(params) - seen)
+    if missing:
+        more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise CheckpointError(f"checkpoint in {model_dir} lacks parameters {missing[:5]}{more}")
+    return model
+
+
+def load_model(
+    model_dir: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+) -> Decoder:
+    """config.json + safetensors in `model_dir` -> a ready Decoder in eval mode."""
+    cfg = load_config(model_dir)
+    return load_weights(build_model(cfg, device, dtype), model_dir)

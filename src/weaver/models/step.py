@@ -1,0 +1,65 @@
+"""Per-forward inputs shared by every layer: positions, cache slots, attention masks, tree structure.
+
+Built once per forward (not per layer), from device tensors only, so the whole forward is capturable.
+A chain (prefill / decode) is the special case of a tree with parents = [-1, 0, 1, ...]; the only
+difference is that a chain commits as it goes (GDN states and lengths advance) while a tree verify
+leaves the committed state alone until `commit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from weaver.ops.tree import ancestor_mask
+
+
+@dataclass
+class StepInputs:
+    positions: torch.Tensor  # [B, T] RoPE positions (committed length + depth)
+    slots: torch.Tensor  # [B, T] cache slots written (committed length + node index)
+    attn_mask: torch.Tensor  # [B, 1, T, S] bool: committed prefix + ancestors-or-self
+    window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
+    parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
+    tree_structure: object | None = None  # kernel-side tree structure, built once per verify
+
+    @property
+    def is_tree(self) -> bool:
+        return self.parents is not None
+
+
+def build_step(
+    lengths: torch.Tensor,
+    num_tokens: int,
+    capacity: int,
+    parents: torch.Tensor | None = None,
+    depth: torch.Tensor | None = None,
+    sliding_window: int | None = None,
+) -> StepInputs:
+    """Inputs for a forward over `num_tokens` new tokens per row after `lengths` committed ones."""
+    device = lengths.device
+    batch = lengths.shape[0]
+    node = torch.arange(num_tokens, device=device)
+    slots = lengths[:, None] + node[None, :]  # [B, T]
+    if parents is None:
+        positions = slots
+        anc = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device).tril()
+        anc = anc.expand(batch, num_tokens, num_tokens)
+    else:
+        positions = lengths[:, None] + depth
+        anc = ancestor_mask(parents)  # [B, T, T] ancestor-or-self
+    slot_ids = torch.arange(capacity, device=device)
+    committed = slot_ids[None, None, :] < lengths[:, None, None]  # [B, 1, S]
+    new = torch.zeros(batch, num_tokens, capacity, dtype=torch.bool, device=device)
+    new.scatter_(2, slots[:, None, :].expand(batch, num_tokens, num_tokens), anc)
+    attn_mask = (committed | new)[:, None]  # [B, 1, T, S]
+    window_mask = None
+    if sliding_window is not None:
+        slot_pos = slot_ids[None, :].expand(batch, capacity).clone()
+        slot_pos.scatter_(1, slots, positions)
+        too_old = positions[:, :, None] - slot_pos[:, None, :] >= sliding_window  # [B, T, S]
+        window_mask = attn_mask & ~too_old[:, None]
+    return StepInputs(
+        positions=positions, slots=slots, attn_mask=attn_mask, window_mask=window_mask, parents=parents
+    )
