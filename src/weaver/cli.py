@@ -1,0 +1,151 @@
+"""`weaver` command line.
+
+Examples (CPU-sized):
+    weaver models pull smollm2
+    weaver models list
+    weaver generate "Why is the sky blue?" --max-new-tokens 64
+    weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
+User mistakes print one line `error: ...` and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from weaver.errors import WeaverError
+
+EXIT_USER_ERROR = 2
+
+
+def _add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="generate text for a prompt, streaming it to the terminal")
+    p.add_argument("prompt", help="the user message (chat template applied unless --no-chat)")
+    p.add_argument("--model", default="smollm2", help="registry name or HF-format directory (default smollm2)")
+    p.add_argument("--random-weights", action="store_true",
+                   help="treat --model as a preset name or config.json and use random weights (timing runs)")
+    p.add_argument("--method", default="ar", help="decoding method: ar (more in later versions)")
+    p.add_argument("--budget", type=int, default=64, help="tree budget: non-root nodes per round")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
+    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: bf16 on cuda, fp32 on cpu)")
+    p.set_defaults(func=_cmd_generate)
+
+
+def _cmd_generate(args: argparse.Namespace) -> int:
+    import weaver
+
+    if args.random_weights:
+        llm = weaver.LLM.from_config(args.model, random_weights=True, seed=args.seed,
+                                     device=args.device, dtype=args.dtype)
+    else:
+        llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, seed=args.seed)
+
+    def show(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    out = llm.generate(
+        args.prompt,
+        method=args.method,
+        budget=args.budget,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        chat=not args.no_chat,
+        stop=args.stop,
+        on_text=show,
+    )
+    s = out.stats
+    sys.stdout.write("\n")
+    print(
+        f"[weaver] {s.new_tokens} tokens in {s.seconds:.2f} s, {s.tokens_per_s:.1f} tok/s | method {s.method}"
+        f" | tau {s.tau:.2f} | rounds {s.rounds} | finish {s.finish_reason}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _add_models(sub) -> None:
+    p = sub.add_parser("models", help="list or download models")
+    msub = p.add_subparsers(dest="models_cmd", required=True)
+    pull = msub.add_parser("pull", help="download and convert a registry model into the cache")
+    pull.add_argument("name", help="registry name, e.g. smollm2")
+    pull.add_argument("--force", action="store_true", help="convert again even if present")
+    pull.set_defaults(func=_cmd_models_pull)
+    lst = msub.add_parser("list", help="show registry models and what is downloaded")
+    lst.set_defaults(func=_cmd_models_list)
+
+
+def _cmd_models_pull(args: argparse.Namespace) -> int:
+    from weaver.models.registry import pull
+
+    path = pull(args.name, force=args.force)
+    print(path)
+    return 0
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from weaver.models.registry import list_models
+
+    rows = list_models()
+    for row in rows:
+        state = "ready" if row.get("downloaded") else "not downloaded"
+        print(f"{row['name']:<24} {state:<15} {row.get('description', '')}  [{row.get('path', '')}]")
+    return 0
+
+
+def _add_bench(sub) -> None:
+    p = sub.add_parser("bench", help="benchmarks")
+    bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    try:
+        from weaver.bench import kernels
+    except ImportError:  # kernel benchmarks need triton
+        kernels = None
+    if kernels is not None:
+        k = bsub.add_parser("kernels", help="GDN tree-verify kernel vs baselines (needs CUDA)")
+        kernels.add_arguments(k)
+        k.set_defaults(func=kernels.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="weaver", description="Lossless speculative decoding with trees from marginals."
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate(sub)
+    _add_models(sub)
+    _add_bench(sub)
+    return parser
+
+
+def _version() -> str:
+    from weaver import __version__
+
+    return f"weaver {__version__}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except WeaverError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,278 @@
+"""The public entry point: `weaver.LLM` (DESIGN §14)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from weaver.errors import GenerationConfigError, PromptError
+from weaver.models.config import ModelConfig, load_config
+from weaver.models.decoder import Decoder
+from weaver.models.loading import build_model, init_random_weights, load_weights
+from weaver.models.presets import PRESETS, preset_config
+from weaver.models.registry import resolve_model_dir
+from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from weaver.spec.engine import Engine, RoundStats
+from weaver.spec.sampling import SamplingParams
+
+METHODS = ("ar",)
+_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
+           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
+
+
+@dataclass
+class GenerationStats:
+    method: str
+    prompt_tokens: int
+    new_tokens: int
+    rounds: int  # target verify passes after the prefill
+    tau: float  # tokens emitted per verify pass, bonus included
+    seconds: float  # wall time of prefill + decoding
+    tokens_per_s: float  # new_tokens / seconds
+    finish_reason: str  # "eos" | "stop" | "length"
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    accepted_per_depth: list[int] = field(default_factory=list)
+
+
+@dataclass
+class GenerationOutput:
+    token_ids: list[int]
+    text: str
+    stats: GenerationStats
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    if dtype is None:
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in _DTYPES:
+        raise GenerationConfigError(f"unknown dtype {dtype!r}; choose one of {', '.join(_DTYPES)}")
+    return _DTYPES[dtype]
+
+
+class LLM:
+    """A target model with its tokenizer and engine; `generate` is lossless for every method."""
+
+    def __init__(
+        self,
+        model: str = "smollm2",
+        drafter: str | None = None,
+        adapter: str | None = None,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        max_model_len: int | None = None,
+        auto_pull: bool = True,
+    ) -> None:
+        model_dir = resolve_model_dir(model, auto_pull=auto_pull)
+        cfg = load_config(model_dir)
+        dev = resolve_device(device)
+        target = load_weights(build_model(cfg, dev, resolve_dtype(dtype, dev)), model_dir)
+        tokenizer = HFTokenizer(model_dir, config_eos=cfg.eos_token_id)
+        self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed)
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: dict[str, Any] | str | Path,
+        random_weights: bool = True,
+        seed: int = 0,
+        drafter: str | None = None,
+        adapter: str | None = None,
+        device: str | torch.device | None = None,
+        dtype: str | torch.dtype | None = None,
+        max_model_len: int | None = None,
+        tokenizer: Tokenizer | None = None,
+    ) -> LLM:
+        """A model built from a HF config dict, a config.json path, or a preset name (random weights)."""
+        if not random_weights:
+            raise GenerationConfigError("from_config builds random weights; use LLM(path) for a checkpoint")
+        if isinstance(cfg, dict):
+            model_cfg = ModelConfig.from_hf(cfg)
+        elif isinstance(cfg, str) and cfg in PRESETS:
+            model_cfg = ModelConfig.from_hf(preset_config(cfg))
+        else:
+            model_cfg = load_config(cfg)
+        dev = resolve_device(device)
+        target = init_random_weights(build_model(model_cfg, dev, resolve_dtype(dtype, dev)), seed=seed)
+        self = cls.__new__(cls)
+        tok = tokenizer
+        if tok is None and model_cfg.vocab_size >= 256:
+            tok = ByteTokenizer(model_cfg.vocab_size, model_cfg.eos_token_id)
+        self._setup(target, tok, "random", max_model_len, drafter, adapter, seed)
+        return self
+
+    def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed) -> None:
+        self.model = target
+        self.tokenizer = tokenizer
+        self.name = name
+        self.config = target.config
+        self.context_len = min(target.config.max_position_embeddings, max_model_len or 1 << 62)
+        self.engine = Engine(target)
+        self.seed = seed
+        if drafter is not None or adapter is not None:
+            raise GenerationConfigError("drafters and Weaver adapters are not available in this version yet")
+
+    @property
+    def eos_token_ids(self) -> list[int]:
+        if self.tokenizer is not None:
+            return self.tokenizer.eos_token_ids
+        return list(self.config.eos_token_id)
+
+    # -- prompts ----------------------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | Sequence[int], chat: bool = True) -> list[int]:
+        """Token ids of the prompt (chat template applied to text when chat=True and one exists)."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise PromptError("the prompt is empty")
+            if self.tokenizer is None:
+                raise PromptError("this model has no tokenizer: pass token ids instead of text")
+            ids = self.tokenizer.chat_ids(prompt) if chat else self.tokenizer.encode(prompt)
+        else:
+            ids = [int(t) for t in prompt]
+            if not ids:
+                raise PromptError("the prompt is empty")
+            bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+            if bad:
+                raise PromptError(f"token ids {bad[:5]} are outside the vocabulary [0, {self.config.vocab_size})")
+        if len(ids) >= self.context_len:
+            raise PromptError(
+                f"the prompt has {len(ids)} tokens but the context holds {self.context_len}; shorten it"
+            )
+        return ids
+
+    # -- scoring ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def logits(self, token_ids: Sequence[int]) -> torch.Tensor:
+        """Float32 logits [len(token_ids), vocab] of one prefill (scoring and parity checks)."""
+        ids = self.encode_prompt(list(token_ids))
+        cache = self.engine.cache_for(len(ids))
+        out = self.model(torch.tensor([ids], device=self.model.device), cache)
+        return out.logits[0]
+
+    # -- generation -------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        method: str = "ar",
+        budget: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int = 128,
+        seed: int | None = None,
+        chat: bool = True,
+        stop: Sequence[str] | str | None = None,
+        verify: str = "auto",
+        on_text: Callable[[str], None] | None = None,
+    ) -> GenerationOutput:
+        """Generate up to `max_new_tokens`; stops on EOS or a stop string. `on_text` streams text."""
+        if method not in METHODS:
+            raise GenerationConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if max_new_tokens < 1:
+            raise GenerationConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if budget < 1:
+            raise GenerationConfigError(f"budget must be >= 1, got {budget}")
+        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        stops = [stop] if isinstance(stop, str) else list(stop or [])
+        ids = self.encode_prompt(prompt, chat=chat)
+        max_new = min(max_new_tokens, self.context_len - len(ids))
+        eos = set(self.eos_token_ids)
+        stats = RoundStats()
+        out_ids: list[int] = []
+        streamer = _TextStreamer(self.tokenizer, on_text, stops)
+        finish = "length"
+        t0 = time.perf_counter()
+        rounds = self.engine.generate_ar(ids, max_new, params, self.seed if seed is None else seed, stats)
+        try:
+            for new in rounds:
+                for tok in new:
+                    out_ids.append(tok)
+                    if tok in eos:
+                        finish = "eos"
+                        break
+                    if len(out_ids) >= max_new:
+                        break
+                if finish == "eos" or len(out_ids) >= max_new:
+                    break
+                if streamer.push(out_ids):
+                    finish = "stop"
+                    break
+        finally:
+            rounds.close()
+        seconds = time.perf_counter() - t0
+        text = streamer.finish(out_ids, eos)
+        return GenerationOutput(
+            token_ids=out_ids,
+            text=text,
+            stats=GenerationStats(
+                method=method,
+                prompt_tokens=len(ids),
+                new_tokens=len(out_ids),
+                rounds=stats.rounds,
+                tau=stats.tau,
+                seconds=seconds,
+                tokens_per_s=len(out_ids) / seconds if seconds > 0 else 0.0,
+                finish_reason=finish,
+                stage_seconds=dict(stats.stage_seconds),
+                accepted_per_depth=list(stats.accepted_per_depth),
+            ),
+        )
+
+    def describe(self) -> str:
+        return json.dumps({"model": self.name, "device": str(self.model.device), "dtype": str(self.model.dtype)})
+
+
+class _TextStreamer:
+    """Incremental detokenisation for streaming and stop strings.
+
+    Holds back a possibly half-decoded UTF-8 character and the last len(longest stop) - 1 characters,
+    so streamed text never shows part of a stop string.
+    """
+
+    def __init__(self, tokenizer, on_text: Callable[[str], None] | None, stops: list[str]) -> None:
+        self.tokenizer = tokenizer
+        self.on_text = on_text
+        self.stops = [s for s in stops if s]
+        self.holdback = max((len(s) for s in self.stops), default=1) - 1
+        self.sent = 0
+        self.active = tokenizer is not None and (on_text is not None or bool(self.stops))
+
+    def push(self, ids: list[int]) -> bool:
+        """Emit new text; True when a stop string appeared."""
+        if not self.active:
+            return False
+        text = self.tokenizer.decode(ids)
+        if any(s in text for s in self.stops):
+            return True
+        safe = len(text.rstrip("\ufffd")) - self.holdback
+        self._emit(text[: max(safe, 0)])
+        return False
+
+    def finish(self, ids: list[int], eos: set[int]) -> str:
+        if self.tokenizer is None:
+            return ""
+        text = self.tokenizer.decode([t for t in ids if t not in eos])
+        cut = min((text.find(s) for s in self.stops if s in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+        self._emit(text)
+        return text
+
+    def _emit(self, text: str) -> None:
+        if self.on_text is not None and len(text) > self.sent:
+            self.on_text(text[self.sent :])
+            self.sent = len(text)

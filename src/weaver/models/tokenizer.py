@@ -1,0 +1,85 @@
+"""Tokenizers: the checkpoint's HF tokenizer (with its chat template), or bytes for random models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Protocol
+
+from weaver.errors import CheckpointError, PromptError
+
+
+class Tokenizer(Protocol):
+    eos_token_ids: list[int]
+    has_chat_template: bool
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def chat_ids(self, user_message: str) -> list[int]: ...
+
+
+class HFTokenizer:
+    """A `tokenizer.json` directory through transformers (fast tokenizer + jinja chat template)."""
+
+    def __init__(self, model_dir: str | Path, config_eos: list[int] | None = None) -> None:
+        from transformers import AutoTokenizer
+
+        model_dir = Path(model_dir)
+        try:
+            self._tok = AutoTokenizer.from_pretrained(str(model_dir))
+        except (OSError, ValueError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"cannot load the tokenizer in {model_dir}: {exc}") from None
+        eos = set(config_eos or [])
+        if self._tok.eos_token_id is not None:
+            eos.add(int(self._tok.eos_token_id))
+        gen_cfg = model_dir / "generation_config.json"
+        if gen_cfg.exists():
+            try:
+                value = json.loads(gen_cfg.read_text()).get("eos_token_id")
+            except json.JSONDecodeError:
+                value = None
+            if isinstance(value, int):
+                eos.add(value)
+            elif isinstance(value, list):
+                eos.update(int(v) for v in value)
+        self.eos_token_ids = sorted(eos)
+        self.has_chat_template = bool(getattr(self._tok, "chat_template", None))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=True)
+
+    def chat_ids(self, user_message: str) -> list[int]:
+        if not self.has_chat_template:
+            return self.encode(user_message)
+        out = self._tok.apply_chat_template(
+            [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True
+        )
+        if isinstance(out, dict) or hasattr(out, "input_ids"):
+            out = out["input_ids"]
+        return [int(t) for t in out]
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as token ids 0..255 (random-weight models without a tokenizer); no chat template."""
+
+    def __init__(self, vocab_size: int, eos_token_ids: list[int] | None = None) -> None:
+        if vocab_size < 256:
+            raise PromptError(
+                f"this model has no tokenizer and a vocabulary of {vocab_size} < 256: pass token ids, not text"
+            )
+        self.eos_token_ids = list(eos_token_ids or [])
+        self.has_chat_template = False
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+    def chat_ids(self, user_message: str) -> list[int]:
+        return self.encode(user_message)

@@ -1,0 +1,119 @@
+"""The decoding loop: prefill, then rounds of (draft -> build -> verify -> accept -> commit).
+
+Autoregressive decoding is the same loop with a one-node tree and no drafter. The engine works on
+token ids only (no text): it yields the tokens each round emits, and the caller decides when to stop
+(EOS, stop strings, max tokens) by closing the generator. Caches are preallocated per capacity
+bucket and reused; on CUDA the decode step is captured once per (capacity, sampling) as a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from weaver.models.cache import ModelCache
+from weaver.models.decoder import Decoder
+from weaver.spec.graphs import GraphedStep
+from weaver.spec.sampling import SamplingParams, sample_next_token
+
+CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
+
+
+@dataclass
+class RoundStats:
+    """What one generation's rounds did; tau counts the bonus token (a round emits >= 1 token)."""
+
+    rounds: int = 0
+    emitted: int = 0
+    accepted_per_depth: list[int] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add_time(self, stage: str, seconds: float) -> None:
+        self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
+
+    @property
+    def tau(self) -> float:
+        return self.emitted / self.rounds if self.rounds else 0.0
+
+
+class Engine:
+    """Runs generation for one target model; owns caches and captured graphs."""
+
+    def __init__(self, model: Decoder, use_cuda_graphs: bool | None = None, timing: bool = False) -> None:
+        self.model = model
+        self.device = model.device
+        self.use_cuda_graphs = self.device.type == "cuda" if use_cuda_graphs is None else use_cuda_graphs
+        self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
+        self._caches: dict[int, ModelCache] = {}
+        self._graphs: dict[tuple, GraphedStep] = {}
+
+    # -- caches -------------------------------------------------------------------------------
+    def cache_for(self, num_tokens: int) -> ModelCache:
+        """A reset cache with room for `num_tokens` (rounded up to the capacity bucket)."""
+        capacity = -(-num_tokens // CAPACITY_BUCKET) * CAPACITY_BUCKET
+        if capacity not in self._caches:
+            self._caches[capacity] = self.model.allocate_cache(1, capacity)
+        cache = self._caches[capacity]
+        cache.reset()
+        return cache
+
+    def _sync(self) -> None:
+        if self.timing and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    # -- autoregressive decoding ----------------------------------------------------------------
+    def _decode_step(self, cache: ModelCache, params: SamplingParams, generator):
+        """Eager: one token in, one token out (greedy argmax or an exact sample)."""
+
+        def step(token: torch.Tensor) -> torch.Tensor:  # [1, 1] -> [1, 1]
+            logits = self.model(token, cache).logits[:, -1]
+            return sample_next_token(logits, params, generator)[:, None]
+
+        if not self.use_cuda_graphs:
+            return step
+        key = (cache.capacity, params)
+        if key not in self._graphs:
+            self._graphs[key] = GraphedStep(step, torch.zeros(1, 1, dtype=torch.long, device=self.device))
+            cache.reset()  # warm-up and capture advanced the cache; contents are reset, addresses kept
+        return self._graphs[key]
+
+    @torch.no_grad()
+    def generate_ar(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        params: SamplingParams,
+        seed: int,
+        stats: RoundStats,
+    ) -> Iterator[list[int]]:
+        """Yield one list of new token ids per round (one token per round for AR)."""
+        cache = self.cache_for(len(prompt_ids) + max_new_tokens + 1)
+        generator = self._generator(seed)
+        step = self._decode_step(cache, params, generator)
+        # 1) prefill
+        t0 = time.perf_counter()
+        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        logits = self.model(prompt, cache, last_only=True).logits[:, -1]
+        token = sample_next_token(logits, params, generator)[:, None]
+        first = int(token)
+        stats.add_time("prefill", time.perf_counter() - t0)
+        yield [first]
+        # 2) rounds: verify a one-node tree (the last token), accept the target's choice
+        for _ in range(max_new_tokens - 1):
+            t0 = time.perf_counter()
+            token = step(token)
+            value = int(token)  # host sync: the caller checks EOS / stop strings per round
+            stats.add_time("verify", time.perf_counter() - t0)
+            stats.rounds += 1
+            stats.emitted += 1
+            yield [value]
+
+    def _generator(self, seed: int) -> torch.Generator | None:
+        if self.device.type == "cuda":
+            # Captured graphs draw from the default CUDA generator; seeding it makes runs repeatable.
+            torch.cuda.manual_seed(seed)
+            return None
+        return torch.Generator(device=self.device).manual_seed(seed)
