@@ -22,7 +22,7 @@ def _tiny_checkpoint(tmp_path, **overrides):
     cfg = preset_config("tiny-llama", vocab_size=300, **overrides)
     llm = weaver.LLM.from_config(cfg, random_weights=True)
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    save_file({k: v.contiguous() for k, v in llm.model.state_dict().items()}, str(tmp_path / "model.safetensors"))
+    save_file({k: v.clone() for k, v in llm.model.state_dict().items()}, str(tmp_path / "model.safetensors"))
     vocab = {f"<{i}>": i for i in range(300)}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<0>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

@@ -14,6 +14,7 @@ import torch
 from weaver.errors import GenerationConfigError, PromptError
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
+from weaver.models.fuse import fuse_projections
 from weaver.models.loading import build_model, init_random_weights, load_weights
 from weaver.models.presets import PRESETS, preset_config
 from weaver.models.registry import resolve_model_dir
@@ -116,7 +117,7 @@ class LLM:
         return self
 
     def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed) -> None:
-        self.model = target
+        self.model = fuse_projections(target)
         self.tokenizer = tokenizer
         self.name = name
         self.config = target.config
@@ -178,8 +179,10 @@ class LLM:
         stop: Sequence[str] | str | None = None,
         verify: str = "auto",
         on_text: Callable[[str], None] | None = None,
+        ignore_eos: bool = False,
     ) -> GenerationOutput:
-        """Generate up to `max_new_tokens`; stops on EOS or a stop string. `on_text` streams text."""
+        """Generate up to `max_new_tokens`; stops on EOS (unless ignore_eos, for benchmarks) or a stop
+        string. `on_text` streams text."""
         if method not in METHODS:
             raise GenerationConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         if max_new_tokens < 1:
@@ -190,7 +193,7 @@ class LLM:
         stops = [stop] if isinstance(stop, str) else list(stop or [])
         ids = self.encode_prompt(prompt, chat=chat)
         max_new = min(max_new_tokens, self.context_len - len(ids))
-        eos = set(self.eos_token_ids)
+        eos = set() if ignore_eos else set(self.eos_token_ids)
         stats = RoundStats()
         out_ids: list[int] = []
         streamer = _TextStreamer(self.tokenizer, on_text, stops)

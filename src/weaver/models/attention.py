@@ -37,6 +37,7 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, offset=cfg.norm_offset)
         else:
             self.q_norm = self.k_norm = None
+        self.fused = None  # set by models.fuse.fuse_projections: one GEMM for q, k, v
 
     def forward(
         self,
@@ -46,13 +47,17 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.num_heads, -1)
+        if self.fused is not None:
+            q, k, v = self.fused(x)
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        q = q.view(b, t, self.num_heads, -1)
         gate = None
         if self.gated:  # per head: [query | gate]
             q, gate = q.split(self.head_dim, dim=-1)
             gate = gate.reshape(b, t, -1)
-        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim)
+        k = k.view(b, t, self.num_kv_heads, self.head_dim)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # [B, heads, T, D]

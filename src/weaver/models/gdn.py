@@ -46,10 +46,16 @@ class GatedDeltaNet(nn.Module):
         self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
         self.norm = GatedRMSNorm(self.head_v_dim, cfg.rms_norm_eps)
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
+        self.fused = None  # set by models.fuse.fuse_projections: one GEMM for qkv, z, b, a
 
     def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
         b, t, _ = x.shape
-        mixed = self.in_proj_qkv(x)  # [B, T, C] raw pre-conv inputs
+        if self.fused is not None:
+            mixed, z, b_raw, a_raw = self.fused(x)
+        else:
+            mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
+            b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
+        # mixed: [B, T, C] raw pre-conv inputs
         weight = self.conv1d.weight[:, 0, :]  # [C, W]
         if step.is_tree:
             conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure)
@@ -60,15 +66,15 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(b, t, self.num_v_heads, self.head_v_dim)
-        beta = torch.sigmoid(self.in_proj_b(x)).float()
-        g = -self.A_log.float().exp() * F.softplus(self.in_proj_a(x).float() + self.dt_bias.float())
+        beta = torch.sigmoid(b_raw).float()
+        g = -self.A_log.float().exp() * F.softplus(a_raw.float() + self.dt_bias.float())
         if step.is_tree:
             o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure)
             cache.aux, cache.tree_x = aux, mixed
         else:
             o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state)
             cache.state.copy_(new_state)
-        z = self.in_proj_z(x).reshape(b, t, self.num_v_heads, self.head_v_dim)
+        z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)
         o = self.norm(o.to(x.dtype), z)
         return self.out_proj(o.reshape(b, t, self.value_dim))
 

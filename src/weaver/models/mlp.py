@@ -12,6 +12,8 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=bias)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
+        self.fused = None  # set by models.fuse.fuse_projections: one GEMM for gate and up
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.fused(x) if self.fused is not None else (self.gate_proj(x), self.up_proj(x))
+        return self.down_proj(nn.functional.silu(gate) * up)

@@ -8,6 +8,7 @@ bucket and reused; on CUDA the decode step is captured once per (capacity, sampl
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -42,10 +43,18 @@ class RoundStats:
 class Engine:
     """Runs generation for one target model; owns caches and captured graphs."""
 
-    def __init__(self, model: Decoder, use_cuda_graphs: bool | None = None, timing: bool = False) -> None:
+    def __init__(
+        self,
+        model: Decoder,
+        use_cuda_graphs: bool | None = None,
+        compile: bool | None = None,
+        timing: bool = False,
+    ) -> None:
         self.model = model
         self.device = model.device
-        self.use_cuda_graphs = self.device.type == "cuda" if use_cuda_graphs is None else use_cuda_graphs
+        on_cuda = self.device.type == "cuda"
+        self.use_cuda_graphs = on_cuda if use_cuda_graphs is None else use_cuda_graphs
+        self.compile = (on_cuda and os.environ.get("WEAVER_COMPILE", "1") != "0") if compile is None else compile
         self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
         self._caches: dict[int, ModelCache] = {}
         self._graphs: dict[tuple, GraphedStep] = {}
@@ -76,6 +85,8 @@ class Engine:
             return step
         key = (cache.capacity, params)
         if key not in self._graphs:
+            if self.compile:  # fuse the many small elementwise kernels of a batch-1 step, then capture
+                step = torch.compile(step, fullgraph=True, dynamic=False)
             self._graphs[key] = GraphedStep(step, torch.zeros(1, 1, dtype=torch.long, device=self.device))
             cache.reset()  # warm-up and capture advanced the cache; contents are reset, addresses kept
         return self._graphs[key]
