@@ -92,6 +92,7 @@ class Decoder(nn.Module):
         parents: torch.Tensor | None = None,  # [B, T] tree verify when given
         depth: torch.Tensor | None = None,  # [B, T] node depths (tree verify)
         last_only: bool = False,  # logits of the last position only (prefill)
+        select: torch.Tensor | None = None,  # [B, K] positions whose logits are wanted (device tensor)
         capture_layers: tuple[int, ...] = (),
     ) -> ForwardOutput:
         b, t = tokens.shape
@@ -111,6 +112,8 @@ class Decoder(nn.Module):
             cache.lengths.add_(t)
         if last_only:
             x = x[:, -1:]
+        elif select is not None:
+            x = x.gather(1, select[:, :, None].expand(-1, -1, x.shape[-1]))
         hidden = self.model.norm(x)
         logits = self.lm_head(hidden).float()
         cap = torch.cat(captured, dim=-1) if captured else None

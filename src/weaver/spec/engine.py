@@ -21,6 +21,8 @@ from weaver.spec.graphs import GraphedStep
 from weaver.spec.sampling import SamplingParams, sample_next_token
 
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
+PREFILL_MIN_BUCKET = 16  # smallest padded prompt length (attention-only models)
+DECODE_LOOKAHEAD = 8  # decode steps queued per host sync
 
 
 @dataclass
@@ -73,9 +75,40 @@ class Engine:
         if self.timing and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    # -- prefill ------------------------------------------------------------------------------------
+    def prefill(self, cache: ModelCache, prompt_ids: list[int]) -> torch.Tensor:
+        """Run the prompt through the target; returns the logits [1, V] of its last position.
+
+        Attention-only models pad the prompt to a power-of-two bucket (pad K/V land past the committed
+        length, where nothing reads them) so that on CUDA each bucket is one captured graph. Models
+        with GDN layers prefill eagerly at the exact length: a pad token would enter the recurrent state.
+        """
+        n = len(prompt_ids)
+        if self.model.config.has_gdn:
+            prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+            return self.model(prompt, cache, last_only=True).logits[:, -1]
+        bucket = min(max(PREFILL_MIN_BUCKET, 1 << (n - 1).bit_length()), cache.capacity)
+        tokens = torch.zeros(1, bucket, dtype=torch.long, device=self.device)
+        tokens[0, :n] = torch.tensor(prompt_ids, dtype=torch.long)
+        count = torch.tensor([n], dtype=torch.long, device=self.device)
+
+        def run(tokens: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+            start = cache.lengths.clone()
+            out = self.model(tokens, cache, select=count[:, None] - 1)
+            cache.lengths.copy_(start + count)  # the pads are not committed
+            return out.logits[:, 0]
+
+        if not self.use_cuda_graphs:
+            return run(tokens, count)
+        key = ("prefill", cache.capacity, bucket)
+        if key not in self._graphs:
+            self._graphs[key] = GraphedStep(run, tokens, count)
+            cache.reset()
+        return self._graphs[key](tokens, count)
+
     # -- autoregressive decoding ----------------------------------------------------------------
     def _decode_step(self, cache: ModelCache, params: SamplingParams, generator):
-        """Eager: one token in, one token out (greedy argmax or an exact sample)."""
+        """One token in, one token out (greedy argmax or an exact sample); graphed on CUDA."""
 
         def step(token: torch.Tensor) -> torch.Tensor:  # [1, 1] -> [1, 1]
             logits = self.model(token, cache).logits[:, -1]
@@ -83,7 +116,7 @@ class Engine:
 
         if not self.use_cuda_graphs:
             return step
-        key = (cache.capacity, params)
+        key = ("decode", cache.capacity, params)
         if key not in self._graphs:
             if self.compile:  # fuse the many small elementwise kernels of a batch-1 step, then capture
                 step = torch.compile(step, fullgraph=True, dynamic=False)
@@ -106,21 +139,29 @@ class Engine:
         step = self._decode_step(cache, params, generator)
         # 1) prefill
         t0 = time.perf_counter()
-        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        logits = self.model(prompt, cache, last_only=True).logits[:, -1]
+        logits = self.prefill(cache, prompt_ids)
         token = sample_next_token(logits, params, generator)[:, None]
         first = int(token)
         stats.add_time("prefill", time.perf_counter() - t0)
         yield [first]
-        # 2) rounds: verify a one-node tree (the last token), accept the target's choice
-        for _ in range(max_new_tokens - 1):
+        # 2) rounds: verify a one-node tree (the last token), accept the target's choice. Steps are
+        # queued DECODE_LOOKAHEAD at a time and read back with one host sync, so the device never
+        # waits for Python between steps; the caller may stop early (tokens past EOS are dropped).
+        remaining = max_new_tokens - 1
+        ring = torch.zeros(DECODE_LOOKAHEAD, dtype=torch.long, device=self.device)
+        while remaining > 0:
             t0 = time.perf_counter()
-            token = step(token)
-            value = int(token)  # host sync: the caller checks EOS / stop strings per round
+            chunk = min(DECODE_LOOKAHEAD, remaining)
+            for i in range(chunk):
+                token = step(token)
+                ring[i : i + 1].copy_(token[0])
+            values = ring[:chunk].tolist()  # one host sync per chunk
             stats.add_time("verify", time.perf_counter() - t0)
-            stats.rounds += 1
-            stats.emitted += 1
-            yield [value]
+            remaining -= chunk
+            for value in values:
+                stats.rounds += 1
+                stats.emitted += 1
+                yield [value]
 
     def _generator(self, seed: int) -> torch.Generator | None:
         if self.device.type == "cuda":
