@@ -106,6 +106,11 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
 def _add_bench(sub) -> None:
     p = sub.add_parser("bench", help="benchmarks")
     bsub = p.add_subparsers(dest="bench_cmd", required=True)
+    from weaver.bench import ar
+
+    a = bsub.add_parser("ar", help="autoregressive tok/s of weaver vs transformers generate")
+    ar.add_arguments(a)
+    a.set_defaults(func=ar.run)
     try:
         from weaver.bench import kernels
     except ImportError:  # kernel benchmarks need triton
