@@ -22,7 +22,8 @@ from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from weaver.spec.engine import Engine, RoundStats
 from weaver.spec.sampling import SamplingParams
 
-METHODS = ("ar",)
+METHODS = ("ar", "chain", "ddtree", "weaver")
+SPEC_METHODS = ("chain", "ddtree", "weaver")
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
            "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
@@ -124,8 +125,26 @@ class LLM:
         self.context_len = min(target.config.max_position_embeddings, max_model_len or 1 << 62)
         self.engine = Engine(target)
         self.seed = seed
-        if drafter is not None or adapter is not None:
-            raise GenerationConfigError("drafters and Weaver adapters are not available in this version yet")
+        self.drafter = _load_drafter(drafter, target, seed)
+        self.adapter = _load_adapter(adapter, target, seed)
+        self._spec = None
+
+    def _speculative(self, method: str):
+        from weaver.spec.speculative import SpeculativeDecoder
+
+        if self.drafter is None:
+            raise GenerationConfigError(
+                f"method {method!r} needs a drafter: pass drafter=<checkpoint dir> or drafter='random'"
+            )
+        if method == "weaver":
+            if self.adapter is None:
+                raise GenerationConfigError(
+                    "method 'weaver' needs a Weaver adapter: pass adapter=<checkpoint dir> or adapter='random'"
+                )
+            import weaver.spec.weaver_builder  # noqa: F401  (registers the "weaver" builder)
+        if self._spec is None:
+            self._spec = SpeculativeDecoder(self.model, self.drafter, self.adapter, timer=self.engine._sync)
+        return self._spec
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -180,9 +199,11 @@ class LLM:
         verify: str = "auto",
         on_text: Callable[[str], None] | None = None,
         ignore_eos: bool = False,
+        builder_options: dict | None = None,
     ) -> GenerationOutput:
         """Generate up to `max_new_tokens`; stops on EOS (unless ignore_eos, for benchmarks) or a stop
-        string. `on_text` streams text."""
+        string. `on_text` streams text. `builder_options` go to the tree builder (e.g. {"w": 4, "c": 8}).
+        """
         if method not in METHODS:
             raise GenerationConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
         if max_new_tokens < 1:
@@ -199,7 +220,17 @@ class LLM:
         streamer = _TextStreamer(self.tokenizer, on_text, stops)
         finish = "length"
         t0 = time.perf_counter()
-        rounds = self.engine.generate_ar(ids, max_new, params, self.seed if seed is None else seed, stats)
+        seed = self.seed if seed is None else seed
+        if method == "ar":
+            rounds = self.engine.generate_ar(ids, max_new, params, seed, stats)
+        else:
+            from weaver.spec.speculative import SpecConfig
+            from weaver.spec.verify import resolve_rule
+
+            spec = self._speculative(method)
+            cfg = SpecConfig(method=method, budget=budget, rule=resolve_rule(verify, params, method),
+                             params=params, builder_options=dict(builder_options or {}))
+            rounds = self.engine.generate_speculative(spec, ids, max_new, cfg, seed, stats)
         try:
             for new in rounds:
                 for tok in new:
@@ -237,6 +268,32 @@ class LLM:
 
     def describe(self) -> str:
         return json.dumps({"model": self.name, "device": str(self.model.device), "dtype": str(self.model.dtype)})
+
+
+def _load_drafter(spec: str | None, target: Decoder, seed: int):
+    """None, "random" (a 1-layer random DFlash drafter for this target) or a checkpoint directory."""
+    if spec is None:
+        return None
+    from weaver.spec.drafter import DFlashDrafter
+
+    if spec == "random":
+        drafter = DFlashDrafter.random(target.config, num_layers=1, seed=seed)
+    else:
+        drafter = DFlashDrafter.from_pretrained(spec)
+    return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
+
+
+def _load_adapter(spec: str | None, target: Decoder, seed: int):
+    """None, "random" (a small random Weaver adapter for this target) or a checkpoint directory."""
+    if spec is None:
+        return None
+    from weaver.spec.weaver import WeaverAdapter
+
+    if spec == "random":
+        adapter = WeaverAdapter.random(target.config, d_rank=64, num_heads=4, mlp_dim=128, seed=seed)
+    else:
+        adapter = WeaverAdapter.from_pretrained(spec)
+    return adapter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
 
 
 class _TextStreamer:

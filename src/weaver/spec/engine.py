@@ -163,6 +163,21 @@ class Engine:
                 stats.emitted += 1
                 yield [value]
 
+    @torch.no_grad()
+    def generate_speculative(
+        self,
+        decoder,  # weaver.spec.speculative.SpeculativeDecoder bound to this engine's model
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        cfg,  # weaver.spec.speculative.SpecConfig
+        seed: int,
+        stats: RoundStats,
+    ) -> Iterator[list[int]]:
+        """Speculative rounds; the cache leaves room for one full tree past the committed tokens."""
+        cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)
+        decoder._sync = self._sync
+        yield from decoder.generate(cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats)
+
     def _generator(self, seed: int) -> torch.Generator | None:
         if self.device.type == "cuda":
             # Captured graphs draw from the default CUDA generator; seeding it makes runs repeatable.

@@ -1,0 +1,148 @@
+"""One speculative decoding round: draft -> build -> verify -> accept -> commit (DESIGN §3).
+
+State between rounds (`SpecState`): the target caches, the drafter's context cache (one entry per
+committed token the target has processed), the root (last emitted token, not yet processed by the
+target) and the target's final-norm hidden at the position that produced the root (Weaver's input).
+Every method (chain, ddtree, weaver) runs this same round; only the builder differs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from weaver.models.cache import ModelCache
+from weaver.models.decoder import Decoder
+from weaver.spec.builders import get_builder
+from weaver.spec.sampling import SamplingParams, process_logits, sample_next_token
+from weaver.spec.tree import DraftTree
+from weaver.spec.verify import VERIFY_RULES, AcceptResult
+
+
+@dataclass
+class SpecState:
+    cache: ModelCache  # target caches (committed tokens)
+    context: object  # the drafter's DrafterContext
+    root: torch.Tensor  # [B] long
+    target_hidden: torch.Tensor  # [B, H] final-norm hidden that produced the root
+
+
+@dataclass
+class SpecConfig:
+    method: str  # a builder name: chain | ddtree | weaver
+    budget: int  # non-root nodes per tree
+    rule: str  # a VERIFY_RULES key
+    params: SamplingParams
+    builder_options: dict  # extra keyword arguments of the builder (w, c, pool_size, ...)
+
+
+class SpeculativeDecoder:
+    """Binds a target, a drafter and (for the weaver method) an adapter; runs rounds."""
+
+    def __init__(self, target: Decoder, drafter, adapter=None, timer: Callable[[], None] | None = None) -> None:
+        self.target = target
+        self.drafter = drafter
+        self.adapter = adapter
+        self.feature_layers = tuple(drafter.config.target_layer_ids)
+        self._sync = timer or (lambda: None)
+        if adapter is not None:
+            adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
+
+    # -- 0) prefill ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def start(self, cache: ModelCache, prompt_ids: list[int], params: SamplingParams, generator) -> SpecState:
+        """Prefill the prompt, seed the drafter's context with its features, sample the first root."""
+        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.target.device)
+        out = self.target(prompt, cache, last_only=True, capture_layers=self.feature_layers)
+        context = self.drafter.new_context(1, cache.capacity)
+        self.drafter.append_context(context, out.captured)
+        root = sample_next_token(out.logits[:, -1], params, generator)
+        return SpecState(cache=cache, context=context, root=root, target_hidden=out.hidden[:, -1])
+
+    # -- one round ----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode_round(
+        self, state: SpecState, cfg: SpecConfig, generator, times: dict[str, float]
+    ) -> tuple[AcceptResult, torch.Tensor]:
+        """Advance `state` by one verify pass; returns the accept result and the emitted tokens [B, P]."""
+        clock = _Clock(self._sync, times)
+        # 1) draft: marginals of the next block-1 tokens after the root
+        draft = self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
+        clock.lap("draft")
+        # 2) build: a tree within the budget
+        builder = get_builder(cfg.method)
+        tree: DraftTree = builder(
+            state.root, draft.logits, cfg.budget, adapter=self.adapter, target_hidden=state.target_hidden,
+            draft_hidden=draft.hidden, **cfg.builder_options,
+        )
+        clock.lap("build")
+        # 3) verify: one target pass over every node (committed state read-only)
+        out = self.target(
+            tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers
+        )
+        clock.lap("verify")
+        # 4) accept: a lossless rule picks the path and the bonus token
+        result = self._accept(tree, out.logits, cfg, generator)
+        clock.lap("accept")
+        # 5) commit: caches along the accepted path; its features feed the drafter's next round
+        self.target.commit(state.cache, result.path, result.num_accepted)
+        path = result.path.clamp(min=0)
+        features = out.captured.gather(1, path[:, :, None].expand(-1, -1, out.captured.shape[-1]))
+        self.drafter.append_context(state.context, features, result.num_accepted)
+        last = path.gather(1, (result.num_accepted - 1)[:, None])  # [B, 1] last accepted node
+        state.target_hidden = out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0]
+        state.root = result.next_token
+        emitted = result.emitted(tree)
+        clock.lap("commit")
+        return result, emitted
+
+    def _accept(self, tree: DraftTree, logits: torch.Tensor, cfg: SpecConfig, generator) -> AcceptResult:
+        rule = VERIFY_RULES[cfg.rule]
+        if cfg.rule == "greedy":
+            return rule(tree, logits)
+        target_probs = process_logits(logits, cfg.params)
+        draft_probs = None
+        if cfg.rule == "chain_speculative":  # argmax drafts: the proposal is one-hot on each child's token
+            nxt = torch.cat([tree.tokens[:, 1:], tree.tokens[:, -1:]], dim=1)
+            draft_probs = torch.nn.functional.one_hot(nxt, logits.shape[-1]).float()
+        return rule(tree, target_probs, generator=generator, draft_probs=draft_probs)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    def generate(
+        self, cache: ModelCache, prompt_ids: list[int], max_new_tokens: int, cfg: SpecConfig, generator, stats
+    ) -> Iterator[list[int]]:
+        """Yield the tokens each round emits (first the prefill's token, then >= 1 per round)."""
+        t0 = time.perf_counter()
+        state = self.start(cache, prompt_ids, cfg.params, generator)
+        first = int(state.root[0])
+        stats.add_time("prefill", time.perf_counter() - t0)
+        yield [first]
+        emitted = 1
+        while emitted < max_new_tokens:
+            result, emitted_tokens = self.decode_round(state, cfg, generator, stats.stage_seconds)
+            n = int(result.num_accepted[0])
+            tokens = emitted_tokens[0, :n].tolist()  # one host sync per round
+            stats.rounds += 1
+            stats.emitted += n
+            while len(stats.accepted_per_depth) < n:
+                stats.accepted_per_depth.append(0)
+            stats.accepted_per_depth[n - 1] += 1  # histogram: rounds that accepted n-1 drafts
+            emitted += n
+            yield tokens
+
+
+class _Clock:
+    """Stage timer; `sync` waits for the device first when timing is on (CUDA is asynchronous)."""
+
+    def __init__(self, sync: Callable[[], None], times: dict[str, float]) -> None:
+        self.sync, self.times = sync, times
+        self.t = time.perf_counter()
+
+    def lap(self, stage: str) -> None:
+        self.sync()
+        now = time.perf_counter()
+        self.times[stage] = self.times.get(stage, 0.0) + now - self.t
+        self.t = now
