@@ -8,29 +8,13 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from weaver.models.cache import AttentionCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope
 from weaver.models.step import StepInputs
-
-
-def grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked softmax attention with grouped KV heads, without materialising repeated K/V.
-
-    q [B, H, T, D]; k, v [B, Hkv, S, D]; mask [B, 1, T, S] bool. Query heads h*G..h*G+G-1 share kv head h.
-    Two batched matmuls and one softmax: a handful of kernels once compiled.
-    """
-    b, h, t, d = q.shape
-    hkv = k.shape[1]
-    group = h // hkv
-    qg = q.reshape(b, hkv, group * t, d)
-    # Scores in fp32 as flash kernels keep them (bf16 scores would round logits of ~20 by ~0.1).
-    scores = torch.matmul(qg.float() * (d**-0.5), k.transpose(-1, -2).float())  # [B, Hkv, G*T, S]
-    scores = scores.view(b, hkv, group, t, -1).masked_fill(~mask[:, :, None], float("-inf"))
-    probs = torch.softmax(scores, dim=-1).to(v.dtype).view(b, hkv, group * t, -1)
-    return torch.matmul(probs, v).view(b, h, t, d)
 
 
 class Attention(nn.Module):
@@ -81,7 +65,9 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cache.write(step.slots, k, v)
         mask = step.window_mask if self.sliding else step.attn_mask
-        out = grouped_attention(q, cache.k, cache.v, mask)  # [B, heads, T, D]
+        out = F.scaled_dot_product_attention(  # [B, heads, T, D]; one fused kernel on CUDA when compiled
+            q, cache.k, cache.v, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
+        )
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         if gate is not None:
             out = out * torch.sigmoid(gate)
