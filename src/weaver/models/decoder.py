@@ -78,6 +78,13 @@ class Decoder(nn.Module):
     def device(self) -> torch.device:
         return self.model.embed_tokens.weight.device
 
+    def _apply(self, fn, recurse: bool = True):
+        # RoPE frequencies stay float32 whatever dtype the weights are cast to: in bf16 the angle
+        # error at position ~1000 reaches ~1 radian on the high frequencies.
+        super()._apply(fn, recurse)
+        self.rope_inv_freq = rope_inv_freq(self.config).to(self.rope_inv_freq.device)
+        return self
+
     @property
     def dtype(self) -> torch.dtype:
         return self.model.embed_tokens.weight.dtype
