@@ -17,7 +17,7 @@ shapes stay static across rounds.
 
 Extension point: the Weaver builder (DESIGN §8) is a new function registered with
 `@register_builder("weaver")`; it takes its adapter and the round's hidden states through `context`
-(`adapter=..., target_hidden=..., drafter_hidden=...`) and returns a DraftTree like the ones here.
+(`adapter=..., target_hidden=..., draft_hidden=...`) and returns a DraftTree like the ones here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,466 @@
+"""Weaver: the small autoregressive adapter that re-scores the drafter's top-K pool along tree paths (DESIGN §7).
+
+Per round and batch row the inputs are the target's final-norm hidden h_tgt at the position that
+produced the root, the drafter's hidden states h_1..h_D and, per depth d, the top-K token ids of the
+drafter's logits with their raw logits (the prior). With E the target's embedding table and W_lm its
+LM head (`bind`):
+
+    prefix rows   u_0 = proposal_in(output_norm(h_tgt))
+                  u_d = proposal_in(output_norm(h_d)) + pos_emb[d-1]              d = 1..D
+    tree node     e_n = token_in(embed_norm(E[x_n])) + pos_emb[min(t_n, max_depth-1)]   t_n = depth of n
+    block         one (or `num_layers`) pre-norm transformer block(s) of width d_rank; the prefix rows
+                  attend causally among themselves, a node attends to every prefix row, its ancestors
+                  (root included) and itself; only the K/V of prefix rows and nodes are kept
+    query         q_n = lm_head_query_in(out_norm(y_n))                           [Ht]
+    pool score    logit_n(c) = prior_{t_n+1}(c) + <W_lm[c], q_n> = prior + R[c] . out_norm(y_n)
+                  with R = W_lm @ lm_head_query_in.weight  [V, d_rank], precomputed once by `bind`;
+                  a step gathers the K pool rows of R, never projects onto the full vocabulary
+    p_weaver(c | path to n) = softmax of logit_n over the K candidates of depth t_n + 1.
+
+Positions. `pos_emb` is a learned table [max_depth, d_rank]; row j is the position of pool j+1 (depth
+j+1, 1-based). The drafter row h_d adds row d-1 and a node at depth t adds row t, the row of the pool its
+query scores (depth t+1): the root (t = 0) shares a position with h_1, a depth-1 node with h_2, and so on;
+u_0 has none. This is what trymirai/sglang's `dflash_tfm.py` does (prefix `pos_emb[:steps]`, node
+`pos_emb[depth]` with the depth clamped to the table). uzu (the authors' on-device engine) uses RoPE
+instead; a checkpoint from it would need a different positional path.
+
+Norms are RMSNorm computed in float32, `weight * x / rms(x) + bias` (the bias is `config.norm_bias`,
+as in the paper's checkpoint). The MLP is fc1 -> GELU (erf) -> fc2 with biases; q/k/v and o projections
+have none. Parameter names follow the authors' checkpoint so it can be converted key for key.
+
+Two paths share the weights: `begin_round` + `step` grow a tree (static shapes, one batched call per
+expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (training, tests).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+from torch.nn import functional as F
+
+from weaver.errors import CheckpointError
+from weaver.models.config import ModelConfig
+
+__all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+MODEL_TYPE = "weaver_adapter"
+
+
+@dataclass
+class WeaverConfig:
+    """Shapes of a Weaver adapter (paper checkpoint: d_rank 2048, 16 heads, MLP 2048, depth 15, pool 512)."""
+
+    target_hidden: int  # Ht: width of the target's hidden states, embedding rows and LM-head rows
+    d_rank: int = 512  # width of the adapter's transformer block
+    num_heads: int = 8  # attention heads (head_dim = d_rank // num_heads)
+    mlp_dim: int = 1024  # inner width of the GELU MLP
+    max_depth: int = 15  # deepest pool the adapter scores; rows of pos_emb
+    pool_size: int = 512  # K: candidates per depth (top-K of the drafter's logits)
+    norm_bias: bool = True  # RMSNorms carry a learned bias (paper checkpoint)
+    rms_norm_eps: float = 1e-6
+    num_layers: int = 1  # transformer blocks (the paper uses one)
+
+    def __post_init__(self) -> None:
+        for name in ("target_hidden", "d_rank", "num_heads", "mlp_dim", "max_depth", "pool_size", "num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"WeaverConfig.{name} must be a positive int, got {value!r}")
+        if self.d_rank % self.num_heads:
+            raise ValueError(f"d_rank={self.d_rank} is not a multiple of num_heads={self.num_heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_rank // self.num_heads
+
+
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Masked softmax attention, scale head_dim^-0.5. q [B, H, T, hd]; k, v [B, H, S, hd]; mask [B, 1, T, S]
+    bool (True = attend; every row has a True: the prefix) -> [B, H, T, hd]."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+class WeaverNorm(nn.Module):
+    """RMSNorm in float32 with an optional bias: weight * x / rms(x) (+ bias), cast back to x's dtype."""
+
+    def __init__(self, dim: int, eps: float = 1e-6, bias: bool = True) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()
+        if self.bias is not None:
+            y = y + self.bias.float()
+        return y.to(x.dtype)
+
+
+class WeaverBlock(nn.Module):
+    """Pre-norm transformer block; the caller owns the K/V (prefix rows and tree nodes live in one buffer)."""
+
+    def __init__(self, cfg: WeaverConfig) -> None:
+        super().__init__()
+        d = cfg.d_rank
+        self.num_heads, self.head_dim = cfg.num_heads, cfg.head_dim
+        self.norm_attn = WeaverNorm(d, cfg.rms_norm_eps, cfg.norm_bias)
+        self.qkv_proj = nn.Linear(d, 3 * d, bias=False)
+        self.o_proj = nn.Linear(d, d, bias=False)
+        self.norm_mlp = WeaverNorm(d, cfg.rms_norm_eps, cfg.norm_bias)
+        self.fc1 = nn.Linear(d, cfg.mlp_dim)
+        self.fc2 = nn.Linear(cfg.mlp_dim, d)
+
+    def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """x [B, T, d_rank] -> q, k, v, each [B, H, T, head_dim]."""
+        b, t, _ = x.shape
+        qkv = self.qkv_proj(self.norm_attn(x)).view(b, t, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        return q, k, v
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Residual attention output and MLP. x [B, T, d_rank]; attn [B, H, T, head_dim] -> [B, T, d_rank]."""
+        b, t, d = x.shape
+        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.norm_mlp(x))))
+
+
+@dataclass
+class WeaverRound:
+    """One round's adapter state: prefix K/V, node K/V slots, visibility and the candidate pools.
+
+    Buffer column P + s holds node slot s (P = prefix rows = 1 + D). The caller assigns slots; a tree
+    builder uses slot = node index (root 0) and keeps a few spare slots for padding entries.
+    """
+
+    k: torch.Tensor  # [L, B, H, P + S, head_dim]
+    v: torch.Tensor  # [L, B, H, P + S, head_dim]
+    visible: torch.Tensor  # [B, S, P + S] bool: row s = what node s attends to (prefix + ancestors-or-self)
+    pool_ids: torch.Tensor  # [B, D, K] long: candidates of depth d+1 in row d
+    pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
+
+    @property
+    def prefix_len(self) -> int:
+        return self.pool_ids.shape[1] + 1
+
+    @property
+    def capacity(self) -> int:
+        return self.visible.shape[1]
+
+    @property
+    def depth(self) -> int:
+        return self.pool_ids.shape[1]
+
+
+class WeaverAdapter(nn.Module):
+    """The Weaver adapter (see the module docstring). Call `bind` with the target's E and W_lm before use."""
+
+    def __init__(self, config: WeaverConfig) -> None:
+        super().__init__()
+        self.config = cfg = config
+        ht, d = cfg.target_hidden, cfg.d_rank
+        self.output_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on h_tgt and h_1..h_D
+        self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
+        self.proposal_in = nn.Linear(ht, d)
+        self.token_in = nn.Linear(ht, d)
+        self.pos_emb = nn.Parameter(torch.zeros(cfg.max_depth, d))
+        self.blocks = nn.ModuleList(WeaverBlock(cfg) for _ in range(cfg.num_layers))
+        self.out_norm = WeaverNorm(d, cfg.rms_norm_eps, cfg.norm_bias)
+        self.lm_head_query_in = nn.Linear(d, ht, bias=False)
+        self._embed: torch.Tensor | None = None  # [V, Ht] the target's embedding table (a reference)
+        self.register_buffer("residual_lm_head", None, persistent=False)  # R [V, d_rank], set by bind
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    @torch.no_grad()
+    def random(
+        cls,
+        target_cfg: ModelConfig,
+        d_rank: int = 512,
+        num_heads: int = 8,
+        mlp_dim: int = 1024,
+        max_depth: int = 15,
+        pool_size: int = 512,
+        seed: int = 0,
+        *,
+        norm_bias: bool = True,
+        num_layers: int = 1,
+    ) -> WeaverAdapter:
+        """Deterministic random weights drawn on the CPU (same adapter on every device), fp32, on the CPU.
+
+        Matrices ~ N(0, 1/fan_in), so activations stay O(1); norms 1 + N(0, 0.1^2), biases and pos_emb
+        ~ N(0, 0.1^2) / N(0, 1): every part of the network changes the scores.
+        """
+        cfg = WeaverConfig(
+            target_hidden=target_cfg.hidden_size,
+            d_rank=d_rank,
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            max_depth=max_depth,
+            pool_size=pool_size,
+            norm_bias=norm_bias,
+            rms_norm_eps=target_cfg.rms_norm_eps,
+            num_layers=num_layers,
+        )
+        with torch.device("cpu"):
+            model = cls(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        norm_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, WeaverNorm)}
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if name == "pos_emb":
+                param.copy_(noise)
+            elif param.ndim == 2:  # [out, in]
+                param.copy_(noise / math.sqrt(param.shape[1]))
+            elif name in norm_weights:
+                param.copy_(1.0 + 0.1 * noise)
+            else:  # biases (linears and norms)
+                param.copy_(0.1 * noise)
+        return model.eval()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | None = None
+    ) -> WeaverAdapter:
+        """Load `save_pretrained`'s directory (config.json + model.safetensors); problems -> CheckpointError."""
+        path = Path(path)
+        if not path.is_dir():
+            raise CheckpointError(f"Weaver checkpoint {path} is not a directory")
+        try:
+            raw = json.loads((path / CONFIG_NAME).read_text())
+        except FileNotFoundError:
+            raise CheckpointError(f"Weaver checkpoint {path} has no {CONFIG_NAME}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CheckpointError(f"{path / CONFIG_NAME} is not valid JSON: {exc}") from None
+        if not isinstance(raw, dict) or raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise CheckpointError(f"{path / CONFIG_NAME} is not a Weaver adapter config (model_type {MODEL_TYPE!r})")
+        known = {f.name for f in fields(WeaverConfig)}
+        unknown = sorted(set(raw) - known - {"model_type"})
+        if unknown:
+            raise CheckpointError(f"{path / CONFIG_NAME}: unknown fields {unknown}")
+        try:
+            cfg = WeaverConfig(**{k: v for k, v in raw.items() if k in known})
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path / CONFIG_NAME}: {exc}") from None
+        try:
+            tensors = load_file(str(path / WEIGHTS_NAME), device="cpu")
+        except FileNotFoundError:
+            raise CheckpointError(f"Weaver checkpoint {path} has no {WEIGHTS_NAME}") from None
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {path / WEIGHTS_NAME}: {exc}") from None
+        with torch.device("cpu"):
+            model = cls(cfg)
+        params = model.state_dict()
+        missing, extra = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
+        if missing or extra:
+            raise CheckpointError(f"{path / WEIGHTS_NAME}: missing {missing[:5]}, unexpected {extra[:5]}")
+        for name, tensor in tensors.items():
+            if tuple(tensor.shape) != tuple(params[name].shape):
+                raise CheckpointError(
+                    f"{path / WEIGHTS_NAME}: {name} has shape {tuple(tensor.shape)}, "
+                    f"config expects {tuple(params[name].shape)}"
+                )
+        model.load_state_dict(tensors)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write config.json and model.safetensors into `path` (created if needed)."""
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_NAME).write_text(json.dumps({"model_type": MODEL_TYPE, **asdict(self.config)}, indent=2))
+        tensors = {name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()}
+        save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+
+    @torch.no_grad()
+    def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
+        """Attach the target's embedding table E [V, Ht] (kept by reference) and precompute
+        R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht].
+
+        Call again after changing lm_head_query_in or the target's weights, or moving the adapter.
+        """
+        ht = self.config.target_hidden
+        for name, t in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
+            if t.dim() != 2 or t.shape[1] != ht:
+                raise ValueError(f"{name} must be [V, target_hidden={ht}], got shape {tuple(t.shape)}")
+        if embed_weight.shape[0] != lm_head_weight.shape[0]:
+            raise ValueError(
+                f"embed_weight has {embed_weight.shape[0]} rows but lm_head_weight has {lm_head_weight.shape[0]}"
+            )
+        wq = self.lm_head_query_in.weight  # [Ht, d_rank]
+        vocab = lm_head_weight.shape[0]
+        r = torch.empty(vocab, self.config.d_rank, device=wq.device, dtype=wq.dtype)  # [V, d_rank]
+        chunk = 16384  # bounds the float32 temporaries for large vocabularies
+        for start in range(0, vocab, chunk):
+            rows = lm_head_weight[start : start + chunk].to(device=wq.device, dtype=torch.float32)
+            r[start : start + chunk] = (rows @ wq.float()).to(wq.dtype)
+        self.residual_lm_head = r
+        self._embed = embed_weight
+
+    @property
+    def is_bound(self) -> bool:
+        return self._embed is not None and self.residual_lm_head is not None
+
+    def _check_bound(self) -> None:
+        if not self.is_bound:
+            raise RuntimeError("WeaverAdapter is not bound to a target: call bind(embed_weight, lm_head_weight)")
+
+    # ------------------------------------------------------------ pieces
+    def prefix_rows(self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor) -> torch.Tensor:
+        """u_0..u_D: target_hidden [B, Ht], draft_hidden [B, D, Ht] -> [B, 1 + D, d_rank]."""
+        ref = self.pos_emb
+        depth = draft_hidden.shape[1]
+        h = torch.cat([target_hidden[:, None], draft_hidden], dim=1).to(device=ref.device, dtype=ref.dtype)
+        u = self.proposal_in(self.output_norm(h))  # [B, 1 + D, d_rank]
+        pos = torch.cat([torch.zeros_like(self.pos_emb[:1]), self.pos_emb[:depth]])  # [1 + D, d_rank]
+        return u + pos
+
+    def node_rows(self, tokens: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+        """e_n: tokens, depth [...] -> [..., d_rank] (token embedding + position of the pool it scores)."""
+        self._check_bound()
+        ref = self.pos_emb
+        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(device=ref.device, dtype=ref.dtype)
+        pos = self.pos_emb[depth.clamp(min=0, max=self.config.max_depth - 1)]
+        return self.token_in(self.embed_norm(emb)) + pos
+
+    def score_pool(self, y: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor) -> torch.Tensor:
+        """Pool logits prior(c) + <W_lm[c], lm_head_query_in(out_norm(y))> through R's K gathered rows.
+
+        y [..., d_rank]; pool_ids, pool_prior [..., K] -> float32 [..., K]. No full-vocabulary projection.
+        """
+        self._check_bound()
+        query = self.out_norm(y)  # [..., d_rank]
+        rows = self.residual_lm_head[pool_ids.to(self.residual_lm_head.device)]  # [..., K, d_rank]
+        residual = torch.matmul(rows, query[..., None].to(rows.dtype)).squeeze(-1)  # [..., K]
+        return pool_prior.float() + residual.float()
+
+    def _check_round_inputs(
+        self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor
+    ) -> None:
+        ht, max_depth = self.config.target_hidden, self.config.max_depth
+        if target_hidden.dim() != 2 or target_hidden.shape[1] != ht:
+            raise ValueError(f"target_hidden must be [B, {ht}], got {tuple(target_hidden.shape)}")
+        b = target_hidden.shape[0]
+        if draft_hidden.dim() != 3 or draft_hidden.shape[0] != b or draft_hidden.shape[2] != ht:
+            raise ValueError(f"draft_hidden must be [{b}, D, {ht}], got {tuple(draft_hidden.shape)}")
+        depth = draft_hidden.shape[1]
+        if not 1 <= depth <= max_depth:
+            raise ValueError(f"draft_hidden has D={depth} rows; need 1 <= D <= max_depth={max_depth}")
+        if pool_ids.dim() != 3 or pool_ids.shape[:2] != (b, depth) or pool_prior.shape != pool_ids.shape:
+            raise ValueError(
+                f"pool_ids and pool_prior must both be [{b}, {depth}, K], "
+                f"got {tuple(pool_ids.shape)} and {tuple(pool_prior.shape)}"
+            )
+
+    # ------------------------------------------------------------ tree growth
+    @torch.no_grad()
+    def begin_round(
+        self,
+        target_hidden: torch.Tensor,  # [B, Ht] target final-norm hidden at the root's producer
+        draft_hidden: torch.Tensor,  # [B, D, Ht] drafter hidden h_1..h_D (D <= max_depth)
+        pool_ids: torch.Tensor,  # [B, D, K] long: top-K candidates per depth
+        pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
+        capacity: int,  # S: node slots to preallocate (a builder: budget + 1 nodes + spare slots)
+    ) -> WeaverRound:
+        """Run the prefix through the block(s) and allocate the round's static buffers."""
+        self._check_bound()
+        self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        cfg, ref = self.config, self.pos_emb
+        b, p = target_hidden.shape[0], draft_hidden.shape[1] + 1
+        shape = (cfg.num_layers, b, cfg.num_heads, p + capacity, cfg.head_dim)
+        k_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
+        v_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
+        visible = torch.zeros(b, capacity, p + capacity, dtype=torch.bool, device=ref.device)
+        visible[:, :, :p] = True
+        causal = torch.ones(p, p, dtype=torch.bool, device=ref.device).tril()[None, None]  # [1, 1, P, P]
+        x = self.prefix_rows(target_hidden, draft_hidden)  # [B, P, d_rank]
+        for layer, block in enumerate(self.blocks):
+            q, k, v = block.qkv(x)  # [B, H, P, hd]
+            k_buf[layer, :, :, :p], v_buf[layer, :, :, :p] = k, v
+            if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
+                x = block.finish(x, _attend(q, k, v, causal.expand(b, 1, p, p)))
+        return WeaverRound(
+            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32)
+        )
+
+    @torch.no_grad()
+    def step(
+        self,
+        state: WeaverRound,
+        slot: torch.Tensor,  # [B, w] long: distinct node slots to write, per row
+        token: torch.Tensor,  # [B, w] long: the nodes' tokens
+        parent: torch.Tensor,  # [B, w] long: slot of each node's parent (already written), -1 for a root
+        depth: torch.Tensor,  # [B, w] long: the nodes' depths (root 0)
+    ) -> torch.Tensor:
+        """Add w nodes per row and score their children: log p_weaver over the depth+1 pool, [B, w, K].
+
+        Each node attends to the prefix, its ancestors (the chain of `parent` slots, written by earlier
+        calls) and itself; its K/V are stored in its slot for its descendants. Nodes at depth >= D score
+        pool D (meaningless; the caller ignores them). One batched call, no host sync.
+        """
+        self._check_bound()
+        b, w = slot.shape
+        p, dev = state.prefix_len, state.visible.device
+        if token.shape != (b, w) or parent.shape != (b, w) or depth.shape != (b, w):
+            raise ValueError(
+                f"slot, token, parent, depth must all be [B, w] = {(b, w)}, got {tuple(token.shape)}, "
+                f"{tuple(parent.shape)}, {tuple(depth.shape)}"
+            )
+        slot, token, parent, depth = (t.to(dev).long() for t in (slot, token, parent, depth))
+        rows = torch.arange(b, device=dev)[:, None].expand(b, w)  # [B, w]
+        col = p + slot  # [B, w] buffer column of each node
+        # 1) visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus self
+        base = state.visible.new_zeros(p + state.capacity)
+        base[:p] = True
+        seen = torch.where(parent[..., None] >= 0, state.visible[rows, parent.clamp(min=0)], base)  # [B, w, P+S]
+        seen = seen.scatter(2, col[..., None], True)
+        state.visible[rows, slot] = seen
+        # 2) the block(s): write each node's K/V into its slot, then attend
+        x = self.node_rows(token, depth)  # [B, w, d_rank]
+        mask = seen[:, None]  # [B, 1, w, P+S]
+        for layer, block in enumerate(self.blocks):
+            q, k, v = block.qkv(x)  # [B, H, w, hd]
+            state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
+            state.v[layer][rows, :, col] = v.transpose(1, 2)
+            x = block.finish(x, _attend(q, state.k[layer], state.v[layer], mask))
+        # 3) children: the pool of depth + 1
+        pool = depth.clamp(max=state.depth - 1)  # [B, w]
+        logits = self.score_pool(x, state.pool_ids[rows, pool], state.pool_prior[rows, pool])  # [B, w, K]
+        return torch.log_softmax(logits, dim=-1)
+
+    # ------------------------------------------------------------ teacher-forced chain
+    def forward(
+        self,
+        target_hidden: torch.Tensor,  # [B, Ht]
+        draft_hidden: torch.Tensor,  # [B, D, Ht]
+        tokens: torch.Tensor,  # [B, T] long: root, x_1, ..., x_{T-1}  (T <= D)
+        pool_ids: torch.Tensor,  # [B, D, K]
+        pool_prior: torch.Tensor,  # [B, D, K]
+    ) -> torch.Tensor:
+        """Pool logits along one path, teacher-forced: out[:, t] scores the depth-(t+1) pool given
+        root..x_t, float32 [B, T, K]. Differentiable (training); equals `step` along a chain."""
+        self._check_bound()
+        self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
+        b, t = tokens.shape
+        depth = draft_hidden.shape[1]
+        if not 1 <= t <= depth:
+            raise ValueError(f"tokens must be [B, T] with 1 <= T <= D={depth}, got {tuple(tokens.shape)}")
+        ref = self.pos_emb
+        node_depth = torch.arange(t, device=ref.device).expand(b, t)
+        x = torch.cat([self.prefix_rows(target_hidden, draft_hidden), self.node_rows(tokens, node_depth)], dim=1)
+        n = x.shape[1]  # P + T: a causal sequence (prefix causal; a chain node sees the prefix and its past)
+        causal = torch.ones(n, n, dtype=torch.bool, device=ref.device).tril()[None, None].expand(b, 1, n, n)
+        for block in self.blocks:
+            q, k, v = block.qkv(x)
+            x = block.finish(x, _attend(q, k, v, causal))
+        ids, prior = pool_ids[:, :t].to(ref.device), pool_prior[:, :t].to(ref.device)
+        return self.score_pool(x[:, n - t :], ids, prior)
