@@ -5,6 +5,7 @@ Examples (CPU-sized):
     weaver models list
     weaver generate "Why is the sky blue?" --max-new-tokens 64
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
+    weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -24,8 +25,14 @@ def _add_generate(sub) -> None:
     p.add_argument("--model", default="smollm2", help="registry name or HF-format directory (default smollm2)")
     p.add_argument("--random-weights", action="store_true",
                    help="treat --model as a preset name or config.json and use random weights (timing runs)")
-    p.add_argument("--method", default="ar", help="decoding method: ar (more in later versions)")
+    p.add_argument("--method", default="ar", choices=["ar", "chain", "ddtree", "weaver"],
+                   help="decoding method (chain/ddtree/weaver need --drafter; weaver also --adapter)")
     p.add_argument("--budget", type=int, default=64, help="tree budget: non-root nodes per round")
+    p.add_argument("--drafter", default=None, help="DFlash drafter checkpoint directory, or 'random'")
+    p.add_argument("--adapter", default=None, help="Weaver adapter checkpoint directory, or 'random'")
+    p.add_argument("--verify", default="auto", choices=["auto", "greedy", "target_only", "traversal",
+                                                        "chain_speculative"],
+                   help="verification rule (auto: greedy at temperature 0, else target_only)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
@@ -41,11 +48,11 @@ def _add_generate(sub) -> None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import weaver
 
+    kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter)
     if args.random_weights:
-        llm = weaver.LLM.from_config(args.model, random_weights=True, seed=args.seed,
-                                     device=args.device, dtype=args.dtype)
+        llm = weaver.LLM.from_config(args.model, random_weights=True, **kw)
     else:
-        llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, seed=args.seed)
+        llm = weaver.LLM(args.model, **kw)
 
     def show(text: str) -> None:
         sys.stdout.write(text)
@@ -62,6 +69,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed,
         chat=not args.no_chat,
         stop=args.stop,
+        verify=args.verify,
         on_text=show,
     )
     s = out.stats

@@ -54,3 +54,19 @@ def test_greedy_generation_equals_transformers(pair, prompt):
                           pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
     out = llm.generate(prompt, max_new_tokens=64)
     assert out.token_ids == ref  # both stop at EOS or after 64 tokens
+
+
+@pytest.fixture(scope="module")
+def spec_llm():
+    pull("smollm2", progress=False)
+    return weaver.LLM("smollm2", device="cpu", dtype="fp32", drafter="random", adapter="random")
+
+
+@pytest.mark.parametrize("method", ["chain", "ddtree", "weaver"])
+def test_speculative_greedy_equals_ar_on_smollm2(spec_llm, method):
+    """Random drafter and adapter: every method, budgets 8/32/64, 2 prompts x 32 tokens == method='ar'."""
+    for prompt in PROMPTS[:2]:
+        ref = spec_llm.generate(prompt, max_new_tokens=32, ignore_eos=True).token_ids
+        for budget in (8, 32, 64):
+            out = spec_llm.generate(prompt, method=method, budget=budget, max_new_tokens=32, ignore_eos=True)
+            assert out.token_ids == ref, f"{method} budget {budget}: {prompt!r}"
