@@ -119,6 +119,11 @@ def _add_bench(sub) -> None:
     a = bsub.add_parser("ar", help="autoregressive tok/s of weaver vs transformers generate")
     ar.add_arguments(a)
     a.set_defaults(func=ar.run)
+    from weaver.bench import rounds
+
+    r = bsub.add_parser("rounds", help="tau, tok/s and stage times per method and budget")
+    rounds.add_arguments(r)
+    r.set_defaults(func=rounds.run)
     try:
         from weaver.bench import kernels
     except ImportError:  # kernel benchmarks need triton
