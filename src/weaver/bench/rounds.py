@@ -25,7 +25,7 @@ STAGES = ("prefill", "draft", "build", "verify", "accept", "commit")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="smollm2", help="registry name / directory, or a preset with --random-weights")
+    parser.add_argument("--model", default="smollm2", help="registry name / directory (or preset)")
     parser.add_argument("--random-weights", action="store_true", help="build --model from a preset with random weights")
     parser.add_argument("--drafter", default="random", help="drafter checkpoint or 'random'")
     parser.add_argument("--adapter", default="random", help="Weaver adapter checkpoint or 'random'")
