@@ -1,1 +1,61 @@
-"""weaver.ops.triton"""
+"""Triton kernels for tree verification of GDN layers, with the signatures of the torch references.
+
+    from weaver.ops import triton as wt
+    tree = wt.build_tree_structure(parents)              # once per verify, shared by every layer
+    y = wt.tree_conv1d(x, conv_w, tree, conv_state)      # each GDN layer
+    o, aux = wt.gdn_tree(q, k, v, g, beta, tree, initial_state=h0)
+    h_new = wt.gdn_tree_commit(aux, path, h0)            # after acceptance
+    conv_new = wt.conv_state_commit(x, path, conv_state)
+
+Each function matches `weaver.ops.gdn` / `weaver.ops.conv` (a raw parents tensor works in place of the
+TreeStructure). Every kernel has a fixed launch configuration, so under `TRITON_INTERPRET=1` the CPU
+tests run them on CPU tensors; on a machine without CUDA that variable is set on import.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+# Without CUDA, Triton kernels can only run in its interpreter. @triton.jit reads TRITON_INTERPRET when a
+# kernel is decorated (triton's own helpers too), so set it before triton is imported; a preset value wins.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+__all__ = [
+    "GDNTreeConfig",
+    "TreeStructure",
+    "build_tree_structure",
+    "conv_state_commit",
+    "gdn_tree",
+    "gdn_tree_commit",
+    "tree_conv1d",
+    "triton_available",
+]
+
+
+def triton_available() -> bool:
+    """True only when CUDA is present and triton imports (the kernels can run compiled)."""
+    if not torch.cuda.is_available() or importlib.util.find_spec("triton") is None:
+        return False
+    try:
+        import triton  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+if importlib.util.find_spec("triton") is not None:
+    from weaver.ops.triton.conv import conv_state_commit, tree_conv1d
+    from weaver.ops.triton.gdn_commit import gdn_tree_commit
+    from weaver.ops.triton.gdn_tree import GDNTreeConfig, gdn_tree
+    from weaver.ops.triton.structure import TreeStructure, build_tree_structure
+else:  # keep the names importable; calling them explains what is missing
+
+    def _missing(*_args, **_kwargs):
+        raise RuntimeError("weaver.ops.triton needs the `triton` package (pip install triton)")
+
+    conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = _missing
+    GDNTreeConfig = TreeStructure = None

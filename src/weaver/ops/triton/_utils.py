@@ -1,0 +1,82 @@
+"""Shared pieces of the Triton kernels: interpreter check, dot helpers, precision names, small checks.
+
+(The package __init__ sets TRITON_INTERPRET=1 on machines without CUDA before triton is imported.)
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+# fp32 x fp32 dot precision (the solve, Delta and decay-weighted products):
+#   ieee   exact fp32 FMAs (slow; the fp32-input path, error ~1e-7)
+#   tf32   one tensor-core pass, operands rounded to 10 mantissa bits (~3e-4 relative)
+#   tf32x3 three tf32 passes (Triton's split; ~fp32 accuracy)
+#   bf16x3 hi/lo bf16 split, three bf16 passes (~2^-16 relative; state products take two passes)
+PRECISIONS = {"ieee": 0, "tf32": 1, "tf32x3": 2, "bf16x3": 3}
+
+
+def interpreting() -> bool:
+    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def precision_code(precision: str, dtype: torch.dtype) -> int:
+    """Map a precision name ('auto' = ieee for fp32 inputs, bf16x3 for 16-bit inputs) to its code."""
+    if precision == "auto":
+        precision = "ieee" if dtype == torch.float32 else "bf16x3"
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'auto' or one of {sorted(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+def check_device(*tensors: torch.Tensor) -> None:
+    """Triton kernels need CUDA tensors, or CPU tensors under the interpreter."""
+    for t in tensors:
+        if t is None:
+            continue
+        if t.device.type == "cpu" and not interpreting():
+            raise ValueError("weaver.ops.triton on CPU tensors needs TRITON_INTERPRET=1 (set it before import)")
+
+
+@triton.jit
+def dot_lp(a, b, INTERPRET: tl.constexpr):
+    """a @ b for 16-bit (or fp32) operands with an fp32 result; the interpreter gets fp32 operands
+    because it stores bf16 as raw uint16 and would multiply the bit patterns."""
+    if INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a, b)
+
+
+@triton.jit
+def split_bf16(x, INTERPRET: tl.constexpr):
+    """fp32 x -> (hi, lo) bf16 with hi + lo = x up to ~2^-16 relative."""
+    hi = x.to(tl.bfloat16)
+    lo = (x - hi.to(tl.float32)).to(tl.bfloat16)
+    return hi, lo
+
+
+@triton.jit
+def mm(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
+    """a @ b for fp32 operands with an fp32 result, at precision PREC (see PRECISIONS)."""
+    if PREC == 0:
+        return tl.dot(a, b, input_precision="ieee")
+    elif PREC == 1:
+        return tl.dot(a, b, input_precision="tf32")
+    elif PREC == 2:
+        return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        a_hi, a_lo = split_bf16(a, INTERPRET)
+        b_hi, b_lo = split_bf16(b, INTERPRET)
+        acc = dot_lp(a_lo, b_hi, INTERPRET)
+        acc += dot_lp(a_hi, b_lo, INTERPRET)
+        acc += dot_lp(a_hi, b_hi, INTERPRET)
+        return acc
+
+
+def next_pow2(n: int, minimum: int = 16) -> int:
+    return max(minimum, triton.next_power_of_2(int(n)))

@@ -1,0 +1,88 @@
+"""weaver.ops.triton.build_tree_structure vs the torch tree helpers, on random trees (hypothesis).
+
+CPU: the kernels run under TRITON_INTERPRET=1 at small sizes. GPU: `WEAVER_TRITON_FULL=1` runs the same
+tests compiled on CUDA at full size (scripts/gpu/kernels.sh).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from weaver.ops.tree import ancestor_mask, node_depth
+
+FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
+DEVICE = "cuda" if FULL else "cpu"
+if FULL and not torch.cuda.is_available():
+    pytest.skip("WEAVER_TRITON_FULL=1 needs CUDA", allow_module_level=True)
+if not torch.cuda.is_available():  # before triton is imported: @triton.jit reads it at decoration time
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+import triton  # noqa: E402,F401  (a test dependency: the kernels run under its interpreter on CPU)
+
+from weaver.ops import triton as wt  # noqa: E402
+
+KINDS = ("chain", "star", "random", "proposal")
+
+
+def random_parents(T: int, seed: int, kind: str = "random", pads: int = 0) -> list[int]:
+    """One topological tree of T - pads nodes followed by `pads` isolated pad nodes (parent -1)."""
+    gen = torch.Generator().manual_seed(seed)
+    n = T - pads
+    par = [-1]
+    for i in range(1, n):
+        if kind == "chain":
+            par.append(i - 1)
+        elif kind == "star":
+            par.append(0)
+        elif kind == "proposal":  # mostly extend a recent node, sometimes branch near the root
+            r = float(torch.rand(1, generator=gen))
+            lo = 0 if r < 0.3 else max(0, i - 3)
+            par.append(int(torch.randint(lo, i, (1,), generator=gen)))
+        else:
+            par.append(int(torch.randint(0, i, (1,), generator=gen)))
+    return par + [-1] * pads
+
+
+def random_batch(B: int, T: int, seed: int, kinds=KINDS, max_pads: int = 3) -> torch.Tensor:
+    """[B, T] parents, a different tree per row (kinds cycle), some rows padded."""
+    rows = []
+    for b in range(B):
+        pads = (seed + b) % (min(max_pads, T - 1) + 1) if T > 1 else 0
+        rows.append(random_parents(T, seed * 131 + b, kinds[(seed + b) % len(kinds)], pads))
+    return torch.tensor(rows, dtype=torch.long, device=DEVICE)
+
+
+@pytest.mark.parametrize("T", [1, 2, 31, 32, 33, 70] + ([256] if FULL else []), ids=lambda t: f"T{t}")
+@pytest.mark.parametrize("kind", KINDS)
+def test_structure_literal_kinds(T: int, kind: str) -> None:
+    par = torch.tensor([random_parents(T, T, kind)], device=DEVICE)
+    s = wt.build_tree_structure(par)
+    assert s.anc.dtype == torch.int8 and s.depth.dtype == torch.int32 and s.parents.dtype == torch.int32
+    assert torch.equal(s.anc.bool().cpu(), ancestor_mask(par).cpu())
+    assert torch.equal(s.depth.long().cpu(), node_depth(par).cpu())
+
+
+@settings(max_examples=8 if FULL else 20, deadline=None)
+@given(B=st.integers(1, 3), T=st.integers(1, 256 if FULL else 48), seed=st.integers(0, 10_000))
+def test_structure_random_batches(B: int, T: int, seed: int) -> None:
+    par = random_batch(B, T, seed)
+    s = wt.build_tree_structure(par)
+    assert torch.equal(s.anc.bool().cpu(), ancestor_mask(par).cpu())
+    assert torch.equal(s.depth.long().cpu(), node_depth(par).cpu())
+    assert torch.equal(s.parents.long().cpu(), par.cpu())
+
+
+def test_structure_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="parents must be"):
+        wt.build_tree_structure(torch.zeros(3, dtype=torch.long, device=DEVICE))
+    with pytest.raises(ValueError, match="integer"):
+        wt.build_tree_structure(torch.zeros(1, 3, device=DEVICE))
+
+
+def test_triton_available_is_bool() -> None:
+    assert isinstance(wt.triton_available(), bool)
+    assert wt.triton_available() == (torch.cuda.is_available())
