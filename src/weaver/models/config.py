@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -166,14 +165,6 @@ class ModelConfig:
 
 def load_config(path: str | Path) -> ModelConfig:
     """Read `config.json` (a file or the directory holding it) into a ModelConfig."""
-    path = Path(path)
-    file = path / "config.json" if path.is_dir() else path
-    try:
-        hf = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"no config.json at {file}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{file} is not valid JSON: {exc}") from None
-    if not isinstance(hf, dict):
-        raise CheckpointError(f"{file} must hold a JSON object")
-    return ModelConfig.from_hf(hf)
+    from weaver.models.checkpoint import read_config_json
+
+    return ModelConfig.from_hf(read_config_json(path, "model"))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
-from weaver.errors import CheckpointError
+from weaver.models.checkpoint import check_complete, copy_tensors, read_weight_file, weight_files
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
 from weaver.models.norm import GatedRMSNorm, RMSNorm
@@ -61,20 +58,6 @@ def init_random_weights(model: Decoder, seed: int = 0) -> Decoder:
     return model
 
 
-def _safetensors_files(model_dir: Path) -> list[Path]:
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index: {exc}") from None
-        return [model_dir / name for name in sorted(set(weight_map.values()))]
-    files = sorted(model_dir.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"no *.safetensors weights in {model_dir}")
-    return files
-
-
 def _rename(name: str) -> str | None:
     for old, new in _PREFIX_REWRITES:
         if name.startswith(old):
@@ -86,38 +69,24 @@ def _rename(name: str) -> str | None:
 
 @torch.no_grad()
 def load_weights(model: Decoder, model_dir: str | Path) -> Decoder:
-    """Copy HF safetensors (by HF parameter names) into the model; any mismatch is a CheckpointError."""
+    """Copy HF safetensors (by HF parameter names) into the model; any mismatch is a CheckpointError.
+
+    Reads one weight file at a time, so peak host memory is one shard.
+    """
     model_dir = Path(model_dir)
     params = dict(model.named_parameters())
+    tied = model.config.tie_word_embeddings
+
+    def rename(name: str) -> str | None:
+        name = _rename(name)
+        return None if (tied and name == "lm_head.weight") else name
+
     seen: set[str] = set()
-    for file in _safetensors_files(model_dir):
-        if not file.exists():
-            raise CheckpointError(f"missing weight file {file}")
-        try:
-            tensors = load_file(str(file), device="cpu")
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read {file}: {exc}") from None
-        for raw_name, tensor in tensors.items():
-            name = _rename(raw_name)
-            if name is None:
-                continue
-            if name not in params:
-                if name == "lm_head.weight" and model.config.tie_word_embeddings:
-                    continue
-                raise CheckpointError(f"{file.name}: unexpected parameter {raw_name!r} for this config")
-            target = params[name]
-            if tuple(target.shape) != tuple(tensor.shape):
-                raise CheckpointError(
-                    f"{file.name}: {raw_name} has shape {tuple(tensor.shape)}, config expects {tuple(target.shape)}"
-                )
-            target.copy_(tensor.to(device=target.device, dtype=target.dtype))
-            seen.add(name)
-    if model.config.tie_word_embeddings:
+    for file in weight_files(model_dir, "model checkpoint"):
+        seen |= copy_tensors(params, read_weight_file(file), file.name, rename)
+    if tied:
         seen.add("lm_head.weight")
-    missing = sorted(set(params) - seen)
-    if missing:
-        more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
-        raise CheckpointError(f"checkpoint in {model_dir} lacks parameters {missing[:5]}{more}")
+    check_complete(params, seen, model_dir)
     return model
 
 

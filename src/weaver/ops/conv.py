@@ -18,11 +18,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-__all__ = ["causal_conv1d", "conv_state_commit", "tree_conv1d"]
+__all__ = ["causal_conv1d", "check_conv_args", "conv_state_commit", "tree_conv1d"]
 
 
-def _check(x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor | None, activation: str | None) -> int:
-    """Validate shapes and activation; return W."""
+def check_conv_args(
+    x: torch.Tensor, weight: torch.Tensor, state: torch.Tensor | None, activation: str | None
+) -> int:
+    """Validate shapes and activation of the conv ops (shared with the Triton versions); return W."""
     if x.dim() != 3:
         raise ValueError(f"x must be [B, T, C], got shape {tuple(x.shape)}")
     B, _, C = x.shape
@@ -60,7 +62,7 @@ def causal_conv1d(
     Returns:
         y: [B, T, C] in x's dtype; new_state: [B, C, W-1] in x's dtype = last W-1 of concat(state, x).
     """
-    W = _check(x, weight, state, activation)
+    W = check_conv_args(x, weight, state, activation)
     B, T, C = x.shape
     prev = x.new_zeros(B, W - 1, C) if state is None else state.transpose(1, 2).to(x.dtype)
     full = torch.cat([prev, x], dim=1)  # [B, W-1+T, C] raw inputs
@@ -92,7 +94,7 @@ def tree_conv1d(
     Returns:
         y: [B, N, C] in x's dtype.
     """
-    W = _check(x, weight, state, activation)
+    W = check_conv_args(x, weight, state, activation)
     B, N, C = x.shape
     if parents.shape != (B, N):
         raise ValueError(f"parents must be [B, N] = {(B, N)}, got shape {tuple(parents.shape)}")

@@ -66,17 +66,15 @@ def _acc_dtype(*xs: torch.Tensor) -> torch.dtype:
     return torch.float64 if any(x.dtype == torch.float64 for x in xs) else torch.float32
 
 
-def _prepare(
+def check_gdn_shapes(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     g: torch.Tensor,
     beta: torch.Tensor,
-    scale: float | None,
     initial_state: torch.Tensor | None,
-    use_qk_l2norm: bool,
-) -> _Prepared:
-    """Validate shapes, upcast, l2-normalise and scale q, split value heads into (H, R)."""
+) -> tuple[int, int, int, int, int, int]:
+    """(B, T, H, K, HV, V) of fla-layout GDN inputs; ValueError naming the numbers when they disagree."""
     if q.dim() != 4 or k.shape != q.shape:
         raise ValueError(f"q and k must both be [B, T, H, K], got {tuple(q.shape)} and {tuple(k.shape)}")
     B, T, H, K = q.shape
@@ -92,6 +90,21 @@ def _prepare(
         raise ValueError(
             f"initial_state must be [B, HV, K, V] = {(B, HV, K, V)}, got {tuple(initial_state.shape)}"
         )
+    return B, T, H, K, HV, V
+
+
+def _prepare(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    scale: float | None,
+    initial_state: torch.Tensor | None,
+    use_qk_l2norm: bool,
+) -> _Prepared:
+    """Validate shapes, upcast, l2-normalise and scale q, split value heads into (H, R)."""
+    B, T, H, K, HV, V = check_gdn_shapes(q, k, v, g, beta, initial_state)
     R = HV // H
     acc = _acc_dtype(q, k, v, g, beta)
     q, k = q.to(acc), k.to(acc)

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.models.checkpoint import stored_dtype, write_checkpoint
 from weaver.models.config import ModelConfig
 from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
@@ -252,7 +253,7 @@ class DFlashDrafter(nn.Module):
         tensors = drafter_io.read_tensors(path)
         with torch.device("meta"):
             drafter = cls(cfg)
-        drafter = drafter.to_empty(device=device).to(dtype or drafter_io.stored_dtype(tensors))
+        drafter = drafter.to_empty(device=device).to(dtype or stored_dtype(tensors))
         drafter_io.copy_tensors_into(drafter, tensors, path)
         return drafter.eval()
 
@@ -260,7 +261,7 @@ class DFlashDrafter(nn.Module):
         """Write config.json (z-lab fields, plus `dtype`) and model.safetensors (z-lab names)."""
         hf = self.config.to_hf()
         hf["dtype"] = str(self.dtype).removeprefix("torch.")
-        drafter_io.write_checkpoint(path, hf, self)
+        write_checkpoint(path, hf, self)
 
     # ---------------------------------------------------------------- context cache and drafting
 

@@ -9,17 +9,21 @@ and copies tensors by name (`weaver.spec.drafter` builds the model).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from weaver.errors import CheckpointError, UnsupportedArchitectureError
+from weaver.models.checkpoint import (
+    check_complete,
+    checkpoint_dir,
+    copy_tensors,
+    read_config_json,
+)
+from weaver.models.checkpoint import read_tensors as read_checkpoint_tensors
 from weaver.models.config import ModelConfig
 
 DRAFTER_LAYER_TYPES = ("full_attention", "sliding_attention")
@@ -239,59 +243,23 @@ class DrafterConfig:
 
 # ---------------------------------------------------------------- files
 
-WEIGHTS_NAME = "model.safetensors"
 # Tensors some exporters add next to the drafter's own (the target's frozen embedding / LM head, RoPE tables).
 _IGNORED_PREFIXES = ("embed_tokens.", "lm_head.", "rotary_emb.")
 _STRIPPED_PREFIXES = ("model.",)
 
 
 def check_dir(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"drafter checkpoint directory {path} does not exist")
-    return path
+    return checkpoint_dir(path, "drafter checkpoint")
 
 
 def read_hf_config(path: str | Path) -> dict[str, Any]:
     """The JSON object in `<path>/config.json`."""
-    file = check_dir(path) / "config.json"
-    try:
-        hf = json.loads(file.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"no config.json in drafter checkpoint {file.parent}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{file} is not valid JSON: {exc}") from None
-    if not isinstance(hf, dict):
-        raise CheckpointError(f"{file} must hold a JSON object")
-    return hf
-
-
-def _weight_files(path: Path) -> list[Path]:
-    index = path / f"{WEIGHTS_NAME}.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index: {exc}") from None
-        return [path / name for name in sorted(set(weight_map.values()))]
-    files = sorted(path.glob("*.safetensors"))
-    if not files:
-        raise CheckpointError(f"no *.safetensors weights in drafter checkpoint {path}")
-    return files
+    return read_config_json(check_dir(path), "drafter checkpoint")
 
 
 def read_tensors(path: str | Path) -> dict[str, torch.Tensor]:
     """Every tensor of the checkpoint on the CPU, under its stored name."""
-    path = check_dir(path)
-    tensors: dict[str, torch.Tensor] = {}
-    for file in _weight_files(path):
-        if not file.exists():
-            raise CheckpointError(f"missing weight file {file}")
-        try:
-            tensors.update(load_file(str(file), device="cpu"))
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read {file}: {exc}") from None
-    return tensors
+    return read_checkpoint_tensors(check_dir(path), "drafter checkpoint")
 
 
 def _normalise(name: str) -> str | None:
@@ -302,45 +270,11 @@ def _normalise(name: str) -> str | None:
     return None if name.startswith(_IGNORED_PREFIXES) else name
 
 
-@torch.no_grad()
 def copy_tensors_into(module: nn.Module, tensors: dict[str, torch.Tensor], where: str | Path) -> None:
     """Copy `tensors` into the module's parameters by name; an unexpected, missing or misshapen one is an error."""
     params = dict(module.named_parameters())
-    seen: set[str] = set()
-    for raw_name, tensor in tensors.items():
-        name = _normalise(raw_name)
-        if name is None:
-            continue
-        if name not in params:
-            raise CheckpointError(f"{where}: unexpected parameter {raw_name!r} for this drafter config")
-        target = params[name]
-        if tuple(target.shape) != tuple(tensor.shape):
-            raise CheckpointError(
-                f"{where}: {raw_name} has shape {tuple(tensor.shape)}, config expects {tuple(target.shape)}"
-            )
-        target.copy_(tensor.to(device=target.device, dtype=target.dtype))
-        seen.add(name)
-    missing = sorted(set(params) - seen)
-    if missing:
-        more = f" (+{len(missing) - 5} more)" if len(missing) > 5 else ""
-        hint = ""
-        if "mask_embedding" in missing:
-            hint = "; mask_embedding is needed because the config has no dflash_config.mask_token_id"
-        raise CheckpointError(f"drafter checkpoint {where} lacks parameters {missing[:5]}{more}{hint}")
-
-
-def stored_dtype(tensors: dict[str, torch.Tensor]) -> torch.dtype:
-    """dtype of the first floating-point tensor (float32 when there is none)."""
-    for tensor in tensors.values():
-        if tensor.is_floating_point():
-            return tensor.dtype
-    return torch.float32
-
-
-def write_checkpoint(path: str | Path, hf_config: dict[str, Any], module: nn.Module) -> None:
-    """Write `config.json` and `model.safetensors` (the module's parameters, on the CPU) into `path`."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tensors = {name: p.detach().to("cpu").contiguous() for name, p in module.named_parameters()}
-    save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
-    (path / "config.json").write_text(json.dumps(hf_config, indent=2, sort_keys=True) + "\n")
+    seen = copy_tensors(params, tensors, where, _normalise)
+    hint = ""
+    if "mask_embedding" in set(params) - seen:
+        hint = "; mask_embedding is needed because the config has no dflash_config.mask_token_id"
+    check_complete(params, seen, f"drafter {where}", hint)

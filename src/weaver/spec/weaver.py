@@ -34,24 +34,29 @@ expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn import functional as F
 
 from weaver.errors import CheckpointError
+from weaver.models.checkpoint import (
+    WEIGHTS_NAME,
+    check_complete,
+    checkpoint_dir,
+    copy_tensors,
+    read_config_json,
+    read_tensors,
+    write_checkpoint,
+)
 from weaver.models.config import ModelConfig
 
 __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
 CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
 MODEL_TYPE = "weaver_adapter"
 
 
@@ -231,16 +236,9 @@ class WeaverAdapter(nn.Module):
         cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | None = None
     ) -> WeaverAdapter:
         """Load `save_pretrained`'s directory (config.json + model.safetensors); problems -> CheckpointError."""
-        path = Path(path)
-        if not path.is_dir():
-            raise CheckpointError(f"Weaver checkpoint {path} is not a directory")
-        try:
-            raw = json.loads((path / CONFIG_NAME).read_text())
-        except FileNotFoundError:
-            raise CheckpointError(f"Weaver checkpoint {path} has no {CONFIG_NAME}") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{path / CONFIG_NAME} is not valid JSON: {exc}") from None
-        if not isinstance(raw, dict) or raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+        path = checkpoint_dir(path, "Weaver checkpoint")
+        raw = read_config_json(path, "Weaver checkpoint")
+        if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
             raise CheckpointError(f"{path / CONFIG_NAME} is not a Weaver adapter config (model_type {MODEL_TYPE!r})")
         known = {f.name for f in fields(WeaverConfig)}
         unknown = sorted(set(raw) - known - {"model_type"})
@@ -250,34 +248,16 @@ class WeaverAdapter(nn.Module):
             cfg = WeaverConfig(**{k: v for k, v in raw.items() if k in known})
         except (TypeError, ValueError) as exc:
             raise CheckpointError(f"{path / CONFIG_NAME}: {exc}") from None
-        try:
-            tensors = load_file(str(path / WEIGHTS_NAME), device="cpu")
-        except FileNotFoundError:
-            raise CheckpointError(f"Weaver checkpoint {path} has no {WEIGHTS_NAME}") from None
-        except (SafetensorError, OSError, ValueError) as exc:
-            raise CheckpointError(f"cannot read {path / WEIGHTS_NAME}: {exc}") from None
+        tensors = read_tensors(path, "Weaver checkpoint")
         with torch.device("cpu"):
             model = cls(cfg)
-        params = model.state_dict()
-        missing, extra = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
-        if missing or extra:
-            raise CheckpointError(f"{path / WEIGHTS_NAME}: missing {missing[:5]}, unexpected {extra[:5]}")
-        for name, tensor in tensors.items():
-            if tuple(tensor.shape) != tuple(params[name].shape):
-                raise CheckpointError(
-                    f"{path / WEIGHTS_NAME}: {name} has shape {tuple(tensor.shape)}, "
-                    f"config expects {tuple(params[name].shape)}"
-                )
-        model.load_state_dict(tensors)
+        params = dict(model.named_parameters())
+        check_complete(params, copy_tensors(params, tensors, path / WEIGHTS_NAME), path)
         return model.to(device=device, dtype=dtype).eval()
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write config.json and model.safetensors into `path` (created if needed)."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG_NAME).write_text(json.dumps({"model_type": MODEL_TYPE, **asdict(self.config)}, indent=2))
-        tensors = {name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()}
-        save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+        write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self)
 
     @torch.no_grad()
     def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:

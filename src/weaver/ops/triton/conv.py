@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from weaver.ops.conv import check_conv_args
 from weaver.ops.triton._utils import check_device, next_pow2
 from weaver.ops.triton.structure import TreeStructure
 
@@ -118,16 +119,8 @@ def tree_conv1d(
         y: [B, N, C] in x's dtype.
     """
     par = parents.parents if isinstance(parents, TreeStructure) else parents
-    if x.dim() != 3:
-        raise ValueError(f"x must be [B, N, C], got shape {tuple(x.shape)}")
+    W = check_conv_args(x, weight, state, activation)
     B, N, C = x.shape
-    if weight.dim() != 2 or weight.shape[0] != C or weight.shape[1] < 1:
-        raise ValueError(f"weight must be [C, W] with C = {C}, got shape {tuple(weight.shape)}")
-    W = weight.shape[1]
-    if state is not None and state.shape != (B, C, W - 1):
-        raise ValueError(f"state must be [B, C, W-1] = {(B, C, W - 1)}, got shape {tuple(state.shape)}")
-    if activation not in (None, "silu"):
-        raise ValueError(f"activation must be None or 'silu', got {activation!r}")
     if par.shape != (B, N):
         raise ValueError(f"parents must be [B, N] = {(B, N)}, got shape {tuple(par.shape)}")
     check_device(x, weight, par, state)

@@ -32,7 +32,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.gdn import GDNTreeAux
+from weaver.ops.gdn import GDNTreeAux, check_gdn_shapes
 from weaver.ops.triton._utils import check_device, dot_lp, interpreting, mm, next_pow2, precision_code
 from weaver.ops.triton.structure import TreeStructure, as_structure
 
@@ -323,19 +323,7 @@ def gdn_tree(
         o: [B, T, HV, V] in v's dtype (or out_dtype).
         aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]), float32, for the commit.
     """
-    if q.dim() != 4 or k.shape != q.shape:
-        raise ValueError(f"q and k must both be [B, T, H, K], got {tuple(q.shape)} and {tuple(k.shape)}")
-    B, T, H, K = q.shape
-    if v.dim() != 4 or v.shape[:2] != (B, T):
-        raise ValueError(f"v must be [B, T, HV, V] with B, T = {B}, {T}, got {tuple(v.shape)}")
-    HV, V = v.shape[2], v.shape[3]
-    if HV % H != 0:
-        raise ValueError(f"num value heads HV={HV} must be a multiple of num key heads H={H}")
-    for name, t in (("g", g), ("beta", beta)):
-        if t.shape != (B, T, HV):
-            raise ValueError(f"{name} must be [B, T, HV] = {(B, T, HV)}, got {tuple(t.shape)}")
-    if initial_state is not None and initial_state.shape != (B, HV, K, V):
-        raise ValueError(f"initial_state must be [B, HV, K, V] = {(B, HV, K, V)}, got {tuple(initial_state.shape)}")
+    B, T, H, K, HV, V = check_gdn_shapes(q, k, v, g, beta, initial_state)
     if T > 1024:
         raise ValueError(f"trees up to 1024 nodes are supported (tested to 256), got T={T}")
     tree = as_structure(parents)
