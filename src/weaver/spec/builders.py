@@ -85,8 +85,9 @@ def build_chain(
     return DraftTree.chain(root, drafts, best_logq)
 
 
-def _ddtree_size(budget: int, depth: int, k: int) -> int:
-    """Non-root nodes of a DDTree: min(budget, k + k^2 + ... + k^depth), the whole k-ary trie if it fits."""
+def trie_size(budget: int, depth: int, k: int) -> int:
+    """Non-root nodes of a best-first tree with <= k children per node and <= depth levels:
+    min(budget, k + k^2 + ... + k^depth), the whole k-ary trie if it fits (static output size)."""
     total, level = 0, 1
     for _ in range(depth):
         level *= k
@@ -151,7 +152,7 @@ def build_ddtree(
         raise ValueError(f"topk must be >= 1, got {topk}")
     B, D, V = marginals_logits.shape
     k = min(budget if topk is None else topk, V)
-    n = 1 + _ddtree_size(budget, D, k)
+    n = 1 + trie_size(budget, D, k)
     if n == 1:
         return DraftTree.root_only(root)
     logq = torch.log_softmax(marginals_logits.float(), dim=-1)  # [B, D, V]

@@ -30,7 +30,7 @@ import math
 import torch
 
 from weaver.errors import GenerationConfigError
-from weaver.spec.builders import register_builder
+from weaver.spec.builders import register_builder, trie_size
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverRound
 
@@ -44,13 +44,7 @@ _Job = tuple[int, int, int, int, int]
 
 def weaver_tree_size(budget: int, depth: int, c: int) -> int:
     """Non-root nodes of the output: min(budget, c + c^2 + ... + c^depth) (the whole c-ary trie if it fits)."""
-    total, level = 0, 1
-    for _ in range(depth):
-        level *= c
-        total += level
-        if total >= budget:
-            return budget
-    return total
+    return trie_size(budget, depth, c)
 
 
 def _expand(
