@@ -13,6 +13,9 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
 	$(PY) -m pip install -q -e ".[test]"
+	# z-lab's reference DFlash model, for the drafter parity test; --no-deps: its metadata pins
+	# tqdm/datasets/requests versions we do not want, and its model module needs only torch + transformers.
+	$(PY) -m pip install -q --no-deps "dflash==0.1.0"
 	touch $(STAMP)
 
 install: $(STAMP)
