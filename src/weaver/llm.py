@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -266,8 +265,6 @@ class LLM:
             ),
         )
 
-    def describe(self) -> str:
-        return json.dumps({"model": self.name, "device": str(self.model.device), "dtype": str(self.model.dtype)})
 
 
 def _load_drafter(spec: str | None, target: Decoder, seed: int):

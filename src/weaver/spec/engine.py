@@ -175,7 +175,6 @@ class Engine:
     ) -> Iterator[list[int]]:
         """Speculative rounds; the cache leaves room for one full tree past the committed tokens."""
         cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)
-        decoder._sync = self._sync
         yield from decoder.generate(cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats)
 
     def _generator(self, seed: int) -> torch.Generator | None:
