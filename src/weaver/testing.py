@@ -20,3 +20,22 @@ def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float) -
     err = relative_error(ref, out)
     abs_err = float((out.detach().double().cpu() - ref.detach().double().cpu()).abs().max())
     assert err <= rtol, f"{name}: max abs err {abs_err:.3e}, relative {err:.3e} > {rtol:.1e}"
+
+
+def root_path(parents: list[int], node: int) -> list[int]:
+    """Node ids root..node of one tree, by following parent pointers (the slow reference walk)."""
+    path = [node]
+    while parents[path[-1]] >= 0:
+        path.append(parents[path[-1]])
+    return path[::-1]
+
+
+def random_root_paths(
+    parents: torch.Tensor, gen: torch.Generator, extra_pad: int = 0, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """One random root-to-node path per row of parents [B, N], right-padded with -1 to a common P."""
+    rows = parents.tolist()
+    n = parents.shape[1]
+    paths = [root_path(row, int(torch.randint(0, n, (1,), generator=gen))) for row in rows]
+    width = max(len(p) for p in paths) + extra_pad
+    return torch.tensor([p + [-1] * (width - len(p)) for p in paths], device=device)

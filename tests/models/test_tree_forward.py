@@ -16,6 +16,7 @@ from weaver.models.config import ModelConfig
 from weaver.models.loading import build_model, init_random_weights
 from weaver.models.presets import preset_config
 from weaver.ops.tree import node_depth
+from weaver.testing import root_path
 
 FAMILIES = ["tiny-llama", "tiny-qwen3", "tiny-qwen3_5"]
 _MODELS: dict[str, torch.nn.Module] = {}
@@ -28,11 +29,6 @@ def _model(name: str):
     return _MODELS[name]
 
 
-def _path(parents: list[int], node: int) -> list[int]:
-    out = [node]
-    while parents[out[-1]] >= 0:
-        out.append(parents[out[-1]])
-    return out[::-1]
 
 
 @torch.no_grad()
@@ -83,7 +79,7 @@ def test_tree_verify_equals_path_prefill_and_commit_continues(family, batch):
         for i in range(width):
             if i > 0 and rows[b][i] < 0:
                 continue  # pad node
-            seq = prefixes[b] + tokens[b, _path(rows[b], i)].tolist()
+            seq = prefixes[b] + tokens[b, root_path(rows[b], i)].tolist()
             ref = _fresh_logits(model, seq)[-1]
             diff = (out.logits[b, i] - ref).abs().max().item()
             assert diff <= 1e-4, f"{family} row {b} node {i}: verify vs path prefill diff {diff:.2e}"
@@ -94,7 +90,7 @@ def test_tree_verify_equals_path_prefill_and_commit_continues(family, batch):
     # Commit a random root-to-node path per row, then decode one more token.
     leaves = [int(torch.randint(0, len([p for j, p in enumerate(r) if j == 0 or p >= 0]), (1,), generator=gen))
               for r in rows]
-    paths = [_path(rows[b], leaves[b]) for b in range(2)]
+    paths = [root_path(rows[b], leaves[b]) for b in range(2)]
     longest = max(len(p) for p in paths)
     path_t = torch.tensor([p + [-1] * (longest - len(p)) for p in paths])
     model.commit(cache, path_t, torch.tensor([len(p) for p in paths]))

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops.conv import causal_conv1d, conv_state_commit, tree_conv1d
-from weaver.testing import assert_close
+from weaver.testing import assert_close, root_path
 
 SHAPES = [
     pytest.param(1, 1, 3, 4, id="B1-T1-C3-W4"),
@@ -122,11 +122,6 @@ def random_parents(rng: random.Random, n: int) -> list[int]:
     return parents
 
 
-def walk(parents: list[int], i: int) -> list[int]:
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(parents[path[-1]])
-    return path[::-1]
 
 
 @settings(max_examples=50, deadline=None)
@@ -150,7 +145,7 @@ def test_tree_conv_equals_path_conv(b: int, n: int, w: int, with_state: bool, rn
     for bi, row in enumerate(rows):
         s = None if state is None else state[bi : bi + 1]
         for i in range(n):
-            path = walk(row, i)
+            path = root_path(row, i)
             ref, _ = causal_conv1d(x[bi : bi + 1, path], weight, s)
             assert_close(f"row {bi} node {i} path {path}", ref[0, -1], y[bi, i], 1e-6)
 
@@ -165,7 +160,7 @@ def test_tree_conv_equals_path_conv(b: int, n: int, w: int, with_state: bool, rn
 def test_conv_state_commit_equals_path_state(b: int, n: int, w: int, rng: random.Random) -> None:
     """Committing a root-to-node path gives the state a sequence conv along that path ends in."""
     rows = [random_parents(rng, n) for _ in range(b)]
-    paths = [walk(row, rng.randrange(n)) for row in rows]
+    paths = [root_path(row, rng.randrange(n)) for row in rows]
     P = max(len(p) for p in paths) + rng.randrange(3)  # extra -1 columns are allowed
     path = torch.tensor([p + [-1] * (P - len(p)) for p in paths])
     gen = torch.Generator().manual_seed(rng.randrange(2**31))

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops.gdn import GDNTreeAux, gdn_chunk, gdn_recurrent, gdn_tree, gdn_tree_commit, l2norm
-from weaver.testing import assert_close
+from weaver.testing import assert_close, root_path
 
 
 def make_inputs(B, T, H, HV, K, V, seed, dtype=torch.float32, g_min=-2.0, h0=True):
@@ -172,11 +172,6 @@ def test_bf16_inputs(fn: str) -> None:
 # ---------------------------------------------------------------- tree == recurrent along each path
 
 
-def walk(parents: list[int], i: int) -> list[int]:
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(parents[path[-1]])
-    return path[::-1]
 
 
 def random_parents(rng: random.Random, n: int, kind: str, n_pad: int = 0) -> list[int]:
@@ -201,7 +196,7 @@ def path_reference(q, k, v, g, beta, rows, s0, use_qk_l2norm):
     (no decay, no write). Returns o [B, N, HV, V] (each path's last output) and h [B, N, HV, K, V].
     """
     B, N = len(rows), len(rows[0])
-    paths = [walk(row, i) for row in rows for i in range(N)]
+    paths = [root_path(row, i) for row in rows for i in range(N)]
     L = max(len(p) for p in paths)
     idx = torch.tensor([[-1] * (L - len(p)) + p for p in paths])  # [B*N, L]
     row = torch.arange(B).repeat_interleave(N)[:, None]
@@ -225,7 +220,7 @@ def test_path_reference_matches_unpadded_runs() -> None:
     o_ref, h_ref = path_reference(q, k, v, g, beta, rows, s0, True)
     for b, row in enumerate(rows):
         for i in range(7):
-            p = walk(row, i)
+            p = root_path(row, i)
             o, h = gdn_recurrent(
                 q[b : b + 1, p],
                 k[b : b + 1, p],
@@ -256,7 +251,7 @@ def check_tree(rows, H, HV, K, V, seed, dtype=torch.float32, rtol=1e-5, g_min=-2
     # commit: one random root-to-node path per row, right-padded with -1 to a common length
     rng = rng or random.Random(seed)
     leaves = [rng.randrange(N) for _ in range(B)]
-    paths = [walk(row, leaf) for row, leaf in zip(rows, leaves)]
+    paths = [root_path(row, leaf) for row, leaf in zip(rows, leaves)]
     P = max(len(p) for p in paths) + rng.randrange(2)
     path = torch.tensor([p + [-1] * (P - len(p)) for p in paths])
     h = gdn_tree_commit(aux, path, s0)

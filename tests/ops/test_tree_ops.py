@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops.tree import ancestor_mask, node_depth, path_prefix_sum, validate_parents
+from weaver.testing import root_path
 
 KINDS = ("chain", "star", "random", "deep", "binary")
 
@@ -41,12 +42,6 @@ def make_parents(rng: random.Random, n: int, kind: str, n_pad: int) -> list[int]
     return parents
 
 
-def walk(parents: list[int], i: int) -> list[int]:
-    """Root..i node ids by following parent pointers."""
-    path = [i]
-    while parents[path[-1]] >= 0:
-        path.append(parents[path[-1]])
-    return path[::-1]
 
 
 @st.composite
@@ -65,7 +60,7 @@ def tree_batches(draw, max_b: int = 3, max_n: int = 64) -> list[list[int]]:
 
 @settings(max_examples=60, deadline=None)
 @given(rows=tree_batches(), seed=st.integers(0, 2**16))
-def test_tree_helpers_match_walk(rows: list[list[int]], seed: int) -> None:
+def test_tree_helpers_match_root_path(rows: list[list[int]], seed: int) -> None:
     parents = torch.tensor(rows)
     B, N = parents.shape
     validate_parents(parents)
@@ -79,7 +74,7 @@ def test_tree_helpers_match_walk(rows: list[list[int]], seed: int) -> None:
     assert depth.dtype == torch.long and sums.shape == x.shape and isums.dtype == xi.dtype
     for b, row in enumerate(rows):
         for i in range(N):
-            path = walk(row, i)
+            path = root_path(row, i)
             expect = torch.zeros(N, dtype=torch.bool)
             expect[path] = True
             assert torch.equal(mask[b, i], expect), f"row {b} node {i}: path {path}"

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops.conv import causal_conv1d, conv_state_commit, tree_conv1d
-from weaver.testing import assert_close
+from weaver.testing import assert_close, random_root_paths
 
 FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
 DEVICE = "cuda" if FULL else "cpu"
@@ -80,16 +80,7 @@ def test_conv_state_commit_matches_reference(B, N, W, extra_pad, seed) -> None:
     C = C_FULL if FULL else 70
     x, _, s = make(B, N, C, W, seed, torch.bfloat16)
     par = random_batch(B, N, seed)
-    gen = torch.Generator().manual_seed(seed)
-    paths = []
-    for b in range(B):
-        node, path = int(torch.randint(0, N, (1,), generator=gen)), []
-        while node >= 0:
-            path.append(node)
-            node = int(par[b, node])
-        paths.append(path[::-1])
-    P = max(len(p) for p in paths) + extra_pad
-    path_t = torch.tensor([p + [-1] * (P - len(p)) for p in paths], device=DEVICE)
+    path_t = random_root_paths(par.cpu(), torch.Generator().manual_seed(seed), extra_pad, DEVICE)
     new = wt.conv_state_commit(x, path_t, s)
     assert new.shape == s.shape and new.dtype == x.dtype
     assert torch.equal(new, conv_state_commit(x, path_t, s))

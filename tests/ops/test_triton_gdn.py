@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops.gdn import gdn_recurrent, gdn_tree, gdn_tree_commit, l2norm
-from weaver.testing import assert_close
+from weaver.testing import assert_close, random_root_paths
 
 FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
 DEVICE = "cuda" if FULL else "cpu"
@@ -168,21 +168,12 @@ def test_gdn_tree_structure_equals_parents() -> None:
 def test_gdn_tree_commit_matches_reference_and_recurrence(B, T, h0, extra_pad, seed) -> None:
     par = random_batch(B, T, seed)
     aux, aux_r, s0 = check(par, torch.float32, False, h0, seed, **SHAPE)
-    gen = torch.Generator().manual_seed(seed)
-    paths = []
-    for b in range(B):
-        node, path = int(torch.randint(0, T, (1,), generator=gen)), []
-        while node >= 0:
-            path.append(node)
-            node = int(par[b, node])
-        paths.append(path[::-1])
-    P = max(len(p) for p in paths) + extra_pad
-    path_t = torch.tensor([p + [-1] * (P - len(p)) for p in paths], device=DEVICE)
+    path_t = random_root_paths(par.cpu(), torch.Generator().manual_seed(seed), extra_pad, DEVICE)
     h = wt.gdn_tree_commit(aux, path_t, s0)
     assert h.dtype == torch.float32
     assert_close("h vs reference commit", gdn_tree_commit(aux_r, path_t, None if s0 is None else s0.double()), h, 1e-5)
     q, k, v, g, beta, _ = make_inputs(B, T, seed=seed, dtype=torch.float32, h0=h0, **SHAPE)
-    for b, p in enumerate(paths):
+    for b, p in enumerate([[n for n in row if n >= 0] for row in path_t.tolist()]):
         idx = torch.tensor(p, device=DEVICE)
         _, h_rec = gdn_recurrent(
             q[b : b + 1, idx], k[b : b + 1, idx], v[b : b + 1, idx], g[b : b + 1, idx], beta[b : b + 1, idx],
