@@ -5,26 +5,16 @@ CPU: interpreted at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, conv_di
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_triton_structure import random_batch, random_parents
+from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
+from weaver.ops import triton as wt
 from weaver.ops.conv import causal_conv1d, conv_state_commit, tree_conv1d
 from weaver.testing import assert_close, random_root_paths
-
-FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
-DEVICE = "cuda" if FULL else "cpu"
-if FULL and not torch.cuda.is_available():
-    pytest.skip("WEAVER_TRITON_FULL=1 needs CUDA", allow_module_level=True)
-if not torch.cuda.is_available():  # before triton is imported: @triton.jit reads it at decoration time
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-import triton  # noqa: E402,F401  (a test dependency: the kernels run under its interpreter on CPU)
-from test_triton_structure import random_batch, random_parents  # noqa: E402
-
-from weaver.ops import triton as wt  # noqa: E402
 
 C_FULL = 10240
 

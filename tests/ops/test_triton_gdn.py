@@ -6,27 +6,17 @@ compiled on CUDA at the Qwen3.6-27B GDN shape (H=16, HV=48, K=V=128, T up to 256
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_triton_structure import random_batch, random_parents
+from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
+from weaver.ops import triton as wt
 from weaver.ops.gdn import gdn_recurrent, gdn_tree, gdn_tree_commit, l2norm
+from weaver.ops.triton.gdn_tree import GDNTreeConfig
 from weaver.testing import assert_close, random_root_paths
-
-FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
-DEVICE = "cuda" if FULL else "cpu"
-if FULL and not torch.cuda.is_available():
-    pytest.skip("WEAVER_TRITON_FULL=1 needs CUDA", allow_module_level=True)
-if not torch.cuda.is_available():  # before triton is imported: @triton.jit reads it at decoration time
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-import triton  # noqa: E402,F401  (a test dependency: the kernels run under its interpreter on CPU)
-from test_triton_structure import random_batch, random_parents  # noqa: E402
-
-from weaver.ops import triton as wt  # noqa: E402
-from weaver.ops.triton.gdn_tree import GDNTreeConfig  # noqa: E402
 
 # (o, delta) tolerances: fp32 inputs run ieee dots; bf16 inputs give a bf16 o (rounding ~2^-8 relative;
 # the interpreter truncates, ~2^-7) while Delta stays fp32 through the bf16x3 split.

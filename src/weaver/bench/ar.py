@@ -139,13 +139,3 @@ def run(args: argparse.Namespace) -> int:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

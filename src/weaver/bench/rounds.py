@@ -95,13 +95,3 @@ def markdown_table(report: dict) -> str:
         cells = " | ".join(f"{r['round_ms'].get(s, 0.0):.2f}" for s in STAGES[1:])
         lines.append(f"| {r['method']} | {r['budget']} | {r['tau']:.2f} | {r['tok_per_s']:.1f} | {cells} |\n")
     return "".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())
