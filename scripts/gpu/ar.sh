@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
 # H200: autoregressive tok/s of weaver vs transformers (issue 2). Needs part 2 of the GGUF carried
 # (part 1 copied to ~/cache by the previous call) and .whl: see setup.sh.
+# 1) the fused decode kernels compiled at full size against their references; 2) their launch-config
+# sweep; 3) the torch decode step (compiled + graphed, WEAVER_FAST_DECODE=0) and 4) the default fused
+# Triton step next to transformers' static-cache generate, in one run.
 set -e
 source scripts/gpu/setup.sh
+filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
+(cd tests/ops && WEAVER_TRITON_FULL=1 python3 -m pytest -q -p no:cacheprovider test_triton_decode.py 2>&1 | tail -3) | tee "$OUT/tests_gpu.txt"
+python3 scripts/gpu/decode_sweep.py 2>&1 | tee "$OUT/decode_sweep.txt"
+WEAVER_FAST_DECODE=0 python3 -m weaver.cli bench ar --device cuda --dtype bf16 --new-tokens 256 --runs 5 --no-transformers \
+  --out "$OUT/bench_ar_torch_step.json" 2>&1 | filter | tee "$OUT/bench_ar_torch_step.txt"
 python3 -m weaver.cli bench ar --device cuda --dtype bf16 --new-tokens 256 --runs 5 --out "$OUT/bench_ar.json" 2>&1 \
-  | grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn" | tee "$OUT/bench_ar.txt"
+  | filter | tee "$OUT/bench_ar.txt"

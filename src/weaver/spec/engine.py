@@ -17,6 +17,7 @@ import torch
 
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
+from weaver.models.fast_decode import FastDecoder, unsupported_reason
 from weaver.spec.graphs import GraphedStep
 from weaver.spec.sampling import SamplingParams, sample_next_token
 
@@ -51,6 +52,7 @@ class Engine:
         use_cuda_graphs: bool | None = None,
         compile: bool | None = None,
         timing: bool = False,
+        fast_decode: bool | None = None,
     ) -> None:
         self.model = model
         self.device = model.device
@@ -58,6 +60,10 @@ class Engine:
         self.use_cuda_graphs = on_cuda if use_cuda_graphs is None else use_cuda_graphs
         self.compile = (on_cuda and os.environ.get("WEAVER_COMPILE", "1") != "0") if compile is None else compile
         self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
+        if fast_decode is None:  # fused Triton decode kernels on CUDA when the model allows them
+            fast_decode = on_cuda and os.environ.get("WEAVER_FAST_DECODE", "1") != "0"
+            fast_decode = fast_decode and unsupported_reason(model) is None
+        self.fast_decode = FastDecoder(model) if fast_decode else None
         self._caches: dict[int, ModelCache] = {}
         self._graphs: dict[tuple, GraphedStep] = {}
 
@@ -110,15 +116,17 @@ class Engine:
     def _decode_step(self, cache: ModelCache, params: SamplingParams, generator):
         """One token in, one token out (greedy argmax or an exact sample); graphed on CUDA."""
 
+        fast = self.fast_decode
+
         def step(token: torch.Tensor) -> torch.Tensor:  # [1, 1] -> [1, 1]
-            logits = self.model(token, cache).logits[:, -1]
+            logits = fast(token, cache) if fast is not None else self.model(token, cache).logits[:, -1]
             return sample_next_token(logits, params, generator)[:, None]
 
         if not self.use_cuda_graphs:
             return step
         key = ("decode", cache.capacity, params)
         if key not in self._graphs:
-            if self.compile:  # fuse the many small elementwise kernels of a batch-1 step, then capture
+            if self.compile and fast is None:  # fuse the small kernels of the torch step, then capture
                 step = torch.compile(step, fullgraph=True, dynamic=False)
             self._graphs[key] = GraphedStep(step, torch.zeros(1, 1, dtype=torch.long, device=self.device))
             cache.reset()  # warm-up and capture advanced the cache; contents are reset, addresses kept

@@ -29,6 +29,8 @@ __all__ = [
     "TreeStructure",
     "build_tree_structure",
     "conv_state_commit",
+    "decode_attention",
+    "fused_gemv",
     "gdn_tree",
     "gdn_tree_commit",
     "tree_conv1d",
@@ -49,6 +51,7 @@ def triton_available() -> bool:
 
 if importlib.util.find_spec("triton") is not None:
     from weaver.ops.triton.conv import conv_state_commit, tree_conv1d
+    from weaver.ops.triton.decode import decode_attention, fused_gemv
     from weaver.ops.triton.gdn_commit import gdn_tree_commit
     from weaver.ops.triton.gdn_tree import GDNTreeConfig, gdn_tree
     from weaver.ops.triton.structure import TreeStructure, build_tree_structure
@@ -58,4 +61,5 @@ else:  # keep the names importable; calling them explains what is missing
         raise RuntimeError("weaver.ops.triton needs the `triton` package (pip install triton)")
 
     conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = _missing
+    decode_attention = fused_gemv = _missing
     GDNTreeConfig = TreeStructure = None

@@ -1,0 +1,247 @@
+"""Fused single-token decode kernels: five launches per attention layer instead of ~15.
+
+    y = fused_gemv(x, W, norm_weight=ln, residual=r, swiglu=True)   # RMSNorm prologue, epilogues
+    o = decode_attention(qkv, cache_k, cache_v, lengths, inv_freq, H, Hkv, q_norm, k_norm)
+
+A batch-1 decode step is launch-bound (the weights of a 135M model stream in ~60 us, the ~450 kernels
+of the unfused step take ~1.2 ms), so fewer kernels is the whole point. Each kernel recomputes the
+RMSNorm of its input row (K <= a few thousand values, read from L2) rather than launching a norm kernel.
+Torch references with the same rounding points: `weaver.ops.decode`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from weaver.ops.triton._utils import check_device
+
+_NUM_SMS: dict[int, int] = {}
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":  # the interpreter runs programs one by one: few, large ones
+        return 1
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index not in _NUM_SMS:
+        _NUM_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _NUM_SMS[index]
+
+
+def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps): enough programs to cover every SM twice, K in 128..512 slices."""
+    block_k = min(512, max(128, triton.next_power_of_2(k) // 4))
+    target = 2 * _num_sms(device)
+    block_n = 1
+    while block_n < 64 and triton.cdiv(n_out, block_n * 2) * rows >= target:
+        block_n *= 2
+    block_n = max(block_n, 4)
+    return block_n, block_k, 4
+
+
+@triton.jit
+def _round(x, DTYPE: tl.constexpr):
+    """Round fp32 to the model dtype and back (the rounding points of the unfused torch code).
+
+    bf16 rounds to nearest-even by bit arithmetic: Triton's interpreter truncates on `.to(bfloat16)`,
+    and the CPU tests must see the same values as the GPU."""
+    if DTYPE == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    elif DTYPE == tl.float16:
+        return x.to(tl.float16).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr,
+    K, N_OUT, HALF, eps,
+    stride_xm, stride_wn, stride_rm, stride_om,
+    NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    m = tl.program_id(1)
+    dtype = x_ptr.dtype.element_ty
+    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N_OUT
+    cols0 = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + m * stride_xm
+    rstd = 1.0
+    if NORM:  # RMSNorm statistics of the whole input row, recomputed by every program
+        sq = tl.zeros([BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + k0 + cols0, mask=k0 + cols0 < K, other=0.0).to(tl.float32)
+            sq += xk * xk
+        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / K + eps)
+    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + cols0
+        col_ok = cols < K
+        xk = tl.load(x_row + cols, mask=col_ok, other=0.0).to(tl.float32)
+        if NORM:
+            nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            xk = _round(_round(xk * rstd, dtype) * nw, dtype)
+        tile = row_ok[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        acc += tl.sum(w * xk[None, :], axis=1)
+        if SWIGLU:
+            w_up = tl.load(w_ptr + (rows[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
+            acc_up += tl.sum(w_up.to(tl.float32) * xk[None, :], axis=1)
+    y = acc
+    if SWIGLU:
+        gate = _round(acc, dtype)
+        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
+    if RESIDUAL:
+        r = tl.load(res_ptr + m * stride_rm + rows, mask=row_ok, other=0.0).to(tl.float32)
+        y = _round(y, dtype) + r
+    out_dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + m * stride_om + rows, _round(y, out_dtype).to(out_dtype), mask=row_ok)
+
+
+def fused_gemv(
+    x: torch.Tensor,  # [M, K]
+    weight: torch.Tensor,  # [N, K], rows contiguous
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    residual: torch.Tensor | None = None,  # [M, N_out]
+    swiglu: bool = False,
+    out_dtype: torch.dtype | None = None,
+    config: tuple[int, int, int] | None = None,  # (BLOCK_N, BLOCK_K, num_warps); default: gemv_config
+) -> torch.Tensor:
+    """[RMSNorm ->] x @ W^T [-> silu(gate) * up] [-> + residual]: one launch (see fused_gemv_ref)."""
+    check_device(x, weight, norm_weight, residual)
+    if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
+        raise ValueError(f"fused_gemv needs x [M, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
+    if weight.stride(1) != 1 or x.stride(1) != 1:
+        raise ValueError("fused_gemv needs unit stride along K")
+    m, k = x.shape
+    n = weight.shape[0]
+    if swiglu and n % 2:
+        raise ValueError("swiglu needs an even number of output rows (gate | up)")
+    n_out = n // 2 if swiglu else n
+    out = torch.empty(m, n_out, device=x.device, dtype=out_dtype or x.dtype)
+    if residual is not None and (residual.shape != (m, n_out) or residual.stride(1) != 1):
+        raise ValueError(f"residual must be [{m}, {n_out}] with unit stride, got {tuple(residual.shape)}")
+    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device)
+    grid = (triton.cdiv(n_out, block_n), m)
+    _gemv_kernel[grid](
+        x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
+        k, n_out, n_out, eps,
+        x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
+        NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
+        BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+    )
+    return out
+
+
+@triton.jit
+def _head_vector(
+    src, d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
+    QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """One head's q or k [BLOCK_D] in fp32: [RMSNorm ->] RoPE (half-split on the first ROT dims)."""
+    d_ok = d < D
+    x = tl.load(src + d, mask=d_ok, other=0.0).to(tl.float32)
+    HALF: tl.constexpr = ROT // 2
+    partner = tl.where(d < HALF, d + HALF, d - HALF)
+    in_rot = d < ROT
+    xp = tl.load(src + partner, mask=in_rot & d_ok, other=0.0).to(tl.float32)
+    if QK_NORM:
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+        w = tl.load(norm_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+        wp = tl.load(norm_ptr + partner, mask=in_rot & d_ok, other=0.0).to(tl.float32)
+        x = _round(_round(x * rstd, DTYPE) * w, DTYPE)
+        xp = _round(_round(xp * rstd, DTYPE) * wp, DTYPE)
+    freq = tl.load(inv_freq_ptr + (d % HALF), mask=in_rot, other=0.0)
+    angle = pos.to(tl.float32) * freq
+    cos = _round(tl.cos(angle), DTYPE)
+    sin = _round(tl.sin(angle), DTYPE)
+    signed = tl.where(d < HALF, -xp, xp)
+    rotated = _round(_round(x * cos, DTYPE) + _round(signed * sin, DTYPE), DTYPE)
+    return tl.where(in_rot, rotated, x)
+
+
+@triton.jit
+def _decode_attention_kernel(
+    qkv_ptr, k_ptr, v_ptr, len_ptr, inv_freq_ptr, qn_ptr, kn_ptr, out_ptr,
+    S, eps, scale,
+    stride_qkv, stride_cb, stride_ch, stride_cs, stride_out,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr,
+    QK_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    GROUP: tl.constexpr = H // HKV
+    kvh = h // GROUP
+    dtype = k_ptr.dtype.element_ty
+    pos = tl.load(len_ptr + b)
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    row = qkv_ptr + b * stride_qkv
+    q = _round(_head_vector(row + h * D, d, D, ROT, pos, inv_freq_ptr, qn_ptr, eps, QK_NORM, dtype), dtype)
+    k_new = _round(_head_vector(row + (H + kvh) * D, d, D, ROT, pos, inv_freq_ptr, kn_ptr, eps, QK_NORM, dtype), dtype)
+    v_new = tl.load(row + (H + HKV + kvh) * D + d, mask=d_ok, other=0.0).to(tl.float32)
+    cache_k = k_ptr + b * stride_cb + kvh * stride_ch
+    cache_v = v_ptr + b * stride_cb + kvh * stride_ch
+    if h % GROUP == 0:  # one program per kv head writes the new slot; nobody reads it from memory
+        tl.store(cache_k + pos * stride_cs + d, k_new.to(dtype), mask=d_ok)  # exact: k_new is rounded
+        tl.store(cache_v + pos * stride_cs + d, v_new.to(dtype), mask=d_ok)
+    # the new token first (it is always visible), then the committed slots, with an online softmax
+    m_i = tl.sum(q * k_new, axis=0) * scale
+    l_i = m_i * 0.0 + 1.0
+    acc = v_new
+    s0 = tl.arange(0, BLOCK_S)
+    for start in range(0, pos, BLOCK_S):
+        s = start + s0
+        s_ok = s < pos
+        tile = s_ok[:, None] & d_ok[None, :]
+        kb = tl.load(cache_k + s[:, None] * stride_cs + d[None, :], mask=tile, other=0.0).to(tl.float32)
+        scores = tl.sum(kb * q[None, :], axis=1) * scale
+        scores = tl.where(s_ok, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=0))
+        p = tl.exp(scores - m_new)
+        alpha = tl.exp(m_i - m_new)
+        vb = tl.load(cache_v + s[:, None] * stride_cs + d[None, :], mask=tile, other=0.0).to(tl.float32)
+        acc = acc * alpha + tl.sum(p[:, None] * vb, axis=0)
+        l_i = l_i * alpha + tl.sum(p, axis=0)
+        m_i = m_new
+    tl.store(out_ptr + b * stride_out + h * D + d, _round(acc / l_i, dtype).to(dtype), mask=d_ok)
+
+
+def decode_attention(
+    qkv: torch.Tensor,  # [B, (H + 2 Hkv) D]
+    cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D
+    cache_v: torch.Tensor,
+    lengths: torch.Tensor,  # [B] long: the new token's slot and position
+    inv_freq: torch.Tensor,  # [rot/2] fp32
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    block_s: int = 64,
+) -> torch.Tensor:
+    """qk-norm + RoPE + K/V write + attention over slots 0..length, one launch (see decode_attention_ref)."""
+    check_device(qkv, cache_k, cache_v, lengths, inv_freq)
+    b, _, s, d = cache_k.shape
+    if qkv.shape != (b, (num_heads + 2 * num_kv_heads) * d) or qkv.stride(1) != 1:
+        raise ValueError(f"qkv must be [{b}, {(num_heads + 2 * num_kv_heads) * d}], got {tuple(qkv.shape)}")
+    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
+        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+    out = torch.empty(b, num_heads * d, device=qkv.device, dtype=qkv.dtype)
+    inv_freq = inv_freq.float().contiguous()
+    _decode_attention_kernel[(b, num_heads)](
+        qkv, cache_k, cache_v, lengths, inv_freq,
+        q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, out,
+        s, eps, d**-0.5,
+        qkv.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
+        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
+        BLOCK_D=triton.next_power_of_2(d), BLOCK_S=block_s, num_warps=4,
+    )
+    return out
