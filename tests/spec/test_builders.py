@@ -1,4 +1,5 @@
-"""Tree builders: chain = argmax of the marginals; ddtree = the best prefix-closed node set (brute force)."""
+"""Tree builders: chain = argmax of the marginals; ddtree (host and device) = the best prefix-closed node set
+(brute force)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,10 @@ import torch
 
 from weaver.errors import GenerationConfigError
 from weaver.spec.builders import BUILDERS, build_chain, build_ddtree, get_builder, register_builder
+from weaver.spec.ddtree_device import build_ddtree_device
 from weaver.spec.tree import DraftTree
+
+DDTREES = [pytest.param(build_ddtree, id="host"), pytest.param(build_ddtree_device, id="device")]
 
 
 def paths_of(tree: DraftTree, b: int) -> set[tuple[int, ...]]:
@@ -81,11 +85,12 @@ def brute_force_best(logq: torch.Tensor, budget: int) -> tuple[set[tuple[int, ..
         for c in itertools.product((2, 3, 4), (1, 2, 3), (1, 3, 6))
     ],
 )
-def test_ddtree_is_best_prefix_closed_set(V, D, budget):
+@pytest.mark.parametrize("build", DDTREES)
+def test_ddtree_is_best_prefix_closed_set(V, D, budget, build):
     g = torch.Generator().manual_seed(100 * V + 10 * D + budget)
     B = 3
     marginals = torch.randn(B, D, V, generator=g, dtype=torch.float64) * 2.0  # continuous: no ties
-    tree = build_ddtree(torch.arange(B), marginals, budget)
+    tree = build(torch.arange(B), marginals, budget)
     tree.validate()
     logq = torch.log_softmax(marginals, -1)
     for b in range(B):
@@ -100,10 +105,11 @@ def test_ddtree_is_best_prefix_closed_set(V, D, budget):
         assert int(tree.tokens[b, 0]) == b
 
 
-def test_ddtree_budget_larger_than_trie():
+@pytest.mark.parametrize("build", DDTREES)
+def test_ddtree_budget_larger_than_trie(build):
     g = torch.Generator().manual_seed(0)
     marginals = torch.randn(2, 2, 3, generator=g)
-    tree = build_ddtree(torch.tensor([0, 1]), marginals, budget=50)
+    tree = build(torch.tensor([0, 1]), marginals, budget=50)
     tree.validate()
     full = {(a,) for a in range(3)} | {(a, b) for a in range(3) for b in range(3)}
     assert tree.size == 1 + 12
@@ -112,20 +118,21 @@ def test_ddtree_budget_larger_than_trie():
     assert int(tree.tokens[0, 1]) == int(marginals[0, 0].argmax())
 
 
-def test_ddtree_topk_and_edge_cases():
+@pytest.mark.parametrize("build", DDTREES)
+def test_ddtree_topk_and_edge_cases(build):
     g = torch.Generator().manual_seed(1)
     marginals = torch.randn(2, 3, 5, generator=g)
-    t = build_ddtree(torch.tensor([3, 4]), marginals, budget=10, topk=2)
+    t = build(torch.tensor([3, 4]), marginals, budget=10, topk=2)
     t.validate()
     for b in range(2):
         for i in range(1, t.size):  # only the top-2 tokens of each depth appear
             d = int(t.depth[b, i])
             assert int(t.tokens[b, i]) in marginals[b, d - 1].topk(2).indices.tolist()
-    assert build_ddtree(torch.tensor([3, 4]), marginals, budget=0).size == 1
-    assert build_ddtree(torch.tensor([3, 4]), marginals[:, :0], budget=5).size == 1
+    assert build(torch.tensor([3, 4]), marginals, budget=0).size == 1
+    assert build(torch.tensor([3, 4]), marginals[:, :0], budget=5).size == 1
     masked = marginals.clone()
     masked[:, :, 2:] = float("-inf")  # only 2 finite tokens per depth: never propose the rest
-    t = build_ddtree(torch.tensor([3, 4]), masked, budget=30)
+    t = build(torch.tensor([3, 4]), masked, budget=30)
     t.validate()
     assert t.num_nodes.tolist() == [15, 15] and (t.tokens[:, 1:][t.valid[:, 1:]] < 2).all()
 
@@ -147,25 +154,26 @@ def test_chain_is_argmax():
         build_chain(root, marginals, budget=-1)
 
 
-def test_ddtree_budget_one_equals_chain_of_one():
+@pytest.mark.parametrize("build", DDTREES)
+def test_ddtree_budget_one_equals_chain_of_one(build):
     g = torch.Generator().manual_seed(3)
     marginals = torch.randn(4, 3, 6, generator=g)
     root = torch.arange(4)
-    a, c = build_ddtree(root, marginals, 1), build_chain(root, marginals, 1)
+    a, c = build(root, marginals, 1), build_chain(root, marginals, 1)
     assert torch.equal(a.tokens, c.tokens) and torch.equal(a.parents, c.parents)
 
 
 def test_registry():
-    assert BUILDERS["chain"] is build_chain and BUILDERS["ddtree"] is build_ddtree
-    assert get_builder("ddtree") is build_ddtree
-    with pytest.raises(GenerationConfigError, match="unknown tree builder 'nope'; known: chain, ddtree"):
-        get_builder("nope")  # (the weaver builder, when registered, sorts after ddtree)
+    assert BUILDERS["chain"] is build_chain and BUILDERS["ddtree_host"] is build_ddtree
+    assert get_builder("ddtree") is build_ddtree_device  # the engine's name: the sync-free device builder
+    with pytest.raises(GenerationConfigError, match="unknown tree builder 'nope'; known: chain, ddtree, ddtree_host"):
+        get_builder("nope")  # (the weaver builders, when registered, sort after these)
     with pytest.raises(ValueError, match="already registered"):
         register_builder("chain")(build_chain)
     # every builder takes the same call, extra round context included
     g = torch.Generator().manual_seed(4)
     marginals = torch.randn(2, 3, 5, generator=g)
-    for name in ("chain", "ddtree"):  # the weaver builder needs an adapter: tests/spec/test_weaver.py
+    for name in ("chain", "ddtree", "ddtree_host"):  # the weaver builders need an adapter: test_weaver.py
         BUILDERS[name](torch.tensor([0, 1]), marginals, 4, adapter=None, drafter_hidden=None).validate()
 
 

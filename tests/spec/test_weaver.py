@@ -22,9 +22,11 @@ from weaver.spec.builders import get_builder
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverConfig
 from weaver.spec.weaver_builder import build_weaver, weaver_tree_size
+from weaver.spec.weaver_builder_device import build_weaver_device
 from weaver.testing import assert_close
 
 HT = 24  # target hidden
+WEAVERS = [pytest.param(build_weaver, id="host"), pytest.param(build_weaver_device, id="device")]
 
 
 def make_adapter(vocab: int = 11, *, max_depth: int = 4, pool: int = 5, layers: int = 1, bias: bool = True, seed=0):
@@ -324,15 +326,16 @@ def prefix_closed_sets(paths: set[tuple], size: int):
     yield from grow([], [p for p in paths if len(p) == 1])
 
 
+@pytest.mark.parametrize("build", WEAVERS)
 @pytest.mark.parametrize("c", [3, 2], ids=["c=K", "c<K"])
-def test_w1_is_exact_best_first(c: int) -> None:
+def test_w1_is_exact_best_first(c: int, build) -> None:
     vocab, depth, k = 5, 3, 3
     for seed in range(2):
         inp = make_inputs(1, depth, vocab, seed=10 + seed)
         ad = bound(make_adapter(vocab, max_depth=3, pool=k, seed=seed), inp)
         universe = universe_scores(ad, inp, 0, depth, k, c)
         for budget in range(1, 7):
-            tree = build_weaver(
+            tree = build(
                 inp["root"],
                 inp["marginals"],
                 budget,
@@ -353,15 +356,16 @@ def test_w1_is_exact_best_first(c: int) -> None:
                 assert abs(lp - universe[p][1]) < 1e-5, (p, lp, universe[p][1])
 
 
+@pytest.mark.parametrize("build", WEAVERS)
 @pytest.mark.parametrize("w", [3, 5, 20], ids=lambda w: f"w{w}")
-def test_wide_expansion_gives_a_valid_tree(w: int) -> None:
+def test_wide_expansion_gives_a_valid_tree(w: int, build) -> None:
     vocab, depth, k, c, budget = 11, 4, 5, 3, 20
     inp = make_inputs(1, depth + 2, vocab, seed=7)  # D = 6 > max_depth = 4
     ad = bound(make_adapter(vocab, max_depth=depth, pool=k), inp)
     calls = []
     step = ad.step
     ad.step = lambda *a: calls.append(1) or step(*a)  # count adapter calls
-    tree = build_weaver(
+    tree = build(
         inp["root"],
         inp["marginals"],
         budget,
@@ -384,17 +388,18 @@ def test_wide_expansion_gives_a_valid_tree(w: int) -> None:
         assert abs(float(tree.draft_logprobs[0, i]) - float(ref[j])) < 1e-5
 
 
-def test_batch_rows_equal_single_rows() -> None:
+@pytest.mark.parametrize("build", WEAVERS)
+def test_batch_rows_equal_single_rows(build) -> None:
     vocab, depth = 11, 4
     inp = make_inputs(2, depth, vocab, seed=8)
     ad = bound(make_adapter(vocab, max_depth=depth, pool=5), inp)
     kw = {"adapter": ad, "w": 2, "c": 3}
-    both = build_weaver(
+    both = build(
         inp["root"], inp["marginals"], 12, target_hidden=inp["target_hidden"], draft_hidden=inp["draft_hidden"], **kw
     )
     assert both.batch_size == 2
     for b in range(2):
-        one = build_weaver(
+        one = build(
             inp["root"][b : b + 1],
             inp["marginals"][b : b + 1],
             12,
@@ -408,15 +413,16 @@ def test_batch_rows_equal_single_rows() -> None:
     assert not torch.equal(both.tokens[0, 1:], both.tokens[1, 1:])
 
 
-def test_small_universe_is_padded_and_edge_cases() -> None:
+@pytest.mark.parametrize("build", WEAVERS)
+def test_small_universe_is_padded_and_edge_cases(build) -> None:
     vocab, depth = 5, 2
     inp = make_inputs(2, depth, vocab, seed=9)
     ad = bound(make_adapter(vocab, max_depth=depth, pool=2), inp)
     kw = {"adapter": ad, "target_hidden": inp["target_hidden"], "draft_hidden": inp["draft_hidden"]}
-    tree = build_weaver(inp["root"], inp["marginals"], 50, **kw)  # K = 2: the whole trie has 2 + 4 nodes
+    tree = build(inp["root"], inp["marginals"], 50, **kw)  # K = 2: the whole trie has 2 + 4 nodes
     tree.validate()
     assert tree.size == 1 + weaver_tree_size(50, 2, 2) == 7 and tree.valid.all()
-    alias = build_weaver(
+    alias = build(
         inp["root"],
         inp["marginals"],
         50,
@@ -425,10 +431,10 @@ def test_small_universe_is_padded_and_edge_cases() -> None:
         drafter_hidden=inp["draft_hidden"],
     )
     assert torch.equal(alias.tokens, tree.tokens)
-    root_only = build_weaver(inp["root"], inp["marginals"], 0, **kw)
+    root_only = build(inp["root"], inp["marginals"], 0, **kw)
     assert root_only.size == 1 and torch.equal(root_only.tokens[:, 0], inp["root"])
-    assert get_builder("weaver") is build_weaver
+    assert get_builder("weaver") is build_weaver_device and get_builder("weaver_host") is build_weaver
     with pytest.raises(GenerationConfigError, match="adapter"):
         get_builder("weaver")(inp["root"], inp["marginals"], 4)
     with pytest.raises(ValueError, match="w, c and pool_size"):
-        build_weaver(inp["root"], inp["marginals"], 4, c=0, **kw)
+        build(inp["root"], inp["marginals"], 4, c=0, **kw)

@@ -18,6 +18,11 @@ shapes stay static across rounds.
 Extension point: the Weaver builder (DESIGN §8) is a new function registered with
 `@register_builder("weaver")`; it takes its adapter and the round's hidden states through `context`
 (`adapter=..., target_hidden=..., draft_hidden=...`) and returns a DraftTree like the ones here.
+
+Host and device. `ddtree` and `weaver` are the device builders (ddtree_device.py, weaver_builder_device.py):
+tensor ops only, a number of sequential steps fixed by the sizes, no host sync, so a round can be captured
+in a CUDA graph. The host builders they were derived from stay registered as `ddtree_host` and
+`weaver_host`: readable references (Python heaps) that the tests compare the device builders against.
 """
 
 from __future__ import annotations
@@ -31,7 +36,16 @@ import torch
 from weaver.errors import GenerationConfigError
 from weaver.spec.tree import DraftTree
 
-__all__ = ["BUILDERS", "TreeBuilder", "build_chain", "build_ddtree", "get_builder", "register_builder"]
+__all__ = [
+    "BUILDERS",
+    "TreeBuilder",
+    "build_chain",
+    "build_ddtree",
+    "check_inputs",
+    "get_builder",
+    "register_builder",
+    "trie_size",
+]
 
 
 class TreeBuilder(Protocol):
@@ -61,7 +75,8 @@ def get_builder(name: str) -> TreeBuilder:
     return BUILDERS[name]
 
 
-def _check_inputs(root: torch.Tensor, marginals_logits: torch.Tensor, budget: int) -> None:
+def check_inputs(root: torch.Tensor, marginals_logits: torch.Tensor, budget: int) -> None:
+    """Reject malformed builder inputs with the offending shapes (every builder calls it first)."""
     if root.dim() != 1:
         raise ValueError(f"root must be [B], got shape {tuple(root.shape)}")
     if marginals_logits.dim() != 3 or marginals_logits.shape[0] != root.shape[0]:
@@ -78,7 +93,7 @@ def build_chain(
     root: torch.Tensor, marginals_logits: torch.Tensor, budget: int, **context: object
 ) -> DraftTree:
     """DFlash chain: the argmax of each marginal, D' = min(D, budget) drafts. Output N = D' + 1."""
-    _check_inputs(root, marginals_logits, budget)
+    check_inputs(root, marginals_logits, budget)
     depth = min(marginals_logits.shape[1], budget)
     logq = torch.log_softmax(marginals_logits[:, :depth].float(), dim=-1)  # [B, D', V]
     best_logq, drafts = logq.max(dim=-1)  # [B, D'], [B, D']
@@ -128,7 +143,7 @@ def _ddtree_row(
     return nodes
 
 
-@register_builder("ddtree")
+@register_builder("ddtree_host")
 def build_ddtree(
     root: torch.Tensor,
     marginals_logits: torch.Tensor,
@@ -147,7 +162,7 @@ def build_ddtree(
     The top-k runs on the device in one call; only the [B, D, k] block moves to the host, once; the heap
     does at most `budget` pops per row in Python.
     """
-    _check_inputs(root, marginals_logits, budget)
+    check_inputs(root, marginals_logits, budget)
     if topk is not None and topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
     B, D, V = marginals_logits.shape
@@ -174,3 +189,8 @@ def build_ddtree(
     out = out.to(root.device)  # one transfer back
     tokens = torch.cat([root[:, None].long(), out[0, :, 1:].long()], dim=1)  # [B, n]
     return DraftTree(tokens, out[1].long(), out[2].long(), out[3].bool(), out[4].float())
+
+
+# The device builders register "ddtree" (and weaver_builder.py's import registers "weaver"): the names the
+# engine uses are the sync-free versions; the host ones above stay as references ("*_host").
+from weaver.spec import ddtree_device as _ddtree_device  # noqa: E402, F401

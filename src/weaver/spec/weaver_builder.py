@@ -1,4 +1,7 @@
-"""The `weaver` tree builder: batched best-first growth over cumulative Weaver log-probs (DESIGN §8).
+"""The `weaver_host` tree builder: batched best-first growth over cumulative Weaver log-probs (DESIGN §8).
+
+This is the host reference (Python heaps); the engine's `weaver` is its sync-free tensor version in
+weaver_builder_device.py, which importing this module registers. Both share `plan_weaver`.
 
 Score of a node = sum over its root path of log p_weaver(x_t | root..x_{t-1}), the adapter's conditional
 over the depth-t pool (top-K of the drafter's depth-t logits). Conditional log-probs are <= 0, so a child
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -34,7 +38,7 @@ from weaver.spec.builders import register_builder, trie_size
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverRound
 
-__all__ = ["build_weaver", "weaver_tree_size"]
+__all__ = ["WeaverPlan", "build_weaver", "plan_weaver", "weaver_tree_size"]
 
 # A frontier entry: (-score, tie-break counter, parent node, token, log p under the parent, depth)
 _Entry = tuple[float, int, int, int, float, int]
@@ -45,6 +49,65 @@ _Job = tuple[int, int, int, int, int]
 def weaver_tree_size(budget: int, depth: int, c: int) -> int:
     """Non-root nodes of the output: min(budget, c + c^2 + ... + c^depth) (the whole c-ary trie if it fits)."""
     return trie_size(budget, depth, c)
+
+
+@dataclass(frozen=True)
+class WeaverPlan:
+    """The static sizes of one weaver build, shared by the host and device builders (never data-dependent)."""
+
+    adapter: WeaverAdapter
+    target_hidden: torch.Tensor  # [B, Ht]
+    draft_hidden: torch.Tensor  # [B, D', Ht]
+    depth: int  # D' = min(D, max_depth): deepest node
+    k: int  # K: pool candidates per depth
+    c: int  # children pushed per expanded node (<= K)
+    width: int  # w: nodes expanded per adapter call
+    n: int  # N: output nodes per row, root included
+
+    def begin(self, marginals_logits: torch.Tensor) -> WeaverRound:
+        """Pools (top-K of the drafter's logits per depth, raw logits as prior) and the adapter's prefix pass."""
+        prior, ids = torch.topk(marginals_logits[:, : self.depth].float(), self.k, dim=-1)  # [B, D', K] each
+        return self.adapter.begin_round(self.target_hidden, self.draft_hidden, ids, prior, self.n + self.width)
+
+
+def plan_weaver(
+    root: torch.Tensor,
+    marginals_logits: torch.Tensor,
+    budget: int,
+    adapter: object,
+    target_hidden: torch.Tensor | None,
+    draft_hidden: torch.Tensor | None,
+    w: int | None,
+    c: int,
+    pool_size: int | None,
+    context: dict[str, object],
+) -> WeaverPlan:
+    """Check a weaver builder's arguments and resolve D', K, c, w and N (one place for both builders)."""
+    if root.dim() != 1:
+        raise ValueError(f"root must be [B], got shape {tuple(root.shape)}")
+    if marginals_logits.dim() != 3 or marginals_logits.shape[0] != root.shape[0]:
+        raise ValueError(
+            f"marginals_logits must be [B, D, V] with B = {root.shape[0]}, got {tuple(marginals_logits.shape)}"
+        )
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if draft_hidden is None:  # builders.py's docstring names the context key `drafter_hidden`
+        draft_hidden = context.get("drafter_hidden")  # type: ignore[assignment]
+    if not isinstance(adapter, WeaverAdapter) or target_hidden is None or not isinstance(draft_hidden, torch.Tensor):
+        raise GenerationConfigError(
+            "the weaver builder needs adapter=WeaverAdapter, target_hidden=[B, Ht] and draft_hidden=[B, D, Ht]"
+        )
+    if c < 1 or (w is not None and w < 1) or (pool_size is not None and pool_size < 1):
+        raise ValueError(f"w, c and pool_size must be >= 1, got w={w}, c={c}, pool_size={pool_size}")
+    _, D, V = marginals_logits.shape
+    depth = min(D, adapter.config.max_depth)  # D': deepest node
+    if draft_hidden.dim() != 3 or draft_hidden.shape[1] < depth:
+        raise ValueError(f"draft_hidden must be [B, >= {depth}, Ht], got {tuple(draft_hidden.shape)}")
+    k = min(pool_size or adapter.config.pool_size, V)
+    c = min(c, k)
+    width = min(w if w is not None else math.ceil(budget / 16), budget) or 1
+    n = 1 + weaver_tree_size(budget, depth, c)
+    return WeaverPlan(adapter, target_hidden, draft_hidden[:, :depth], depth, k, c, width, n)
 
 
 def _expand(
@@ -73,7 +136,7 @@ def _expand(
     return out[0].tolist(), out[1].long().tolist()
 
 
-@register_builder("weaver")
+@register_builder("weaver_host")
 @torch.no_grad()
 def build_weaver(
     root: torch.Tensor,  # [B] long
@@ -94,36 +157,14 @@ def build_weaver(
     pool_size: K (default adapter.config.pool_size; at most V). draft_logprobs = log p_weaver(token | path).
     `drafter_hidden=` is accepted as an alias of `draft_hidden=`.
     """
-    if root.dim() != 1:
-        raise ValueError(f"root must be [B], got shape {tuple(root.shape)}")
-    if marginals_logits.dim() != 3 or marginals_logits.shape[0] != root.shape[0]:
-        raise ValueError(
-            f"marginals_logits must be [B, D, V] with B = {root.shape[0]}, got {tuple(marginals_logits.shape)}"
-        )
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if draft_hidden is None:  # builders.py's docstring names the context key `drafter_hidden`
-        draft_hidden = context.get("drafter_hidden")  # type: ignore[assignment]
-    if not isinstance(adapter, WeaverAdapter) or target_hidden is None or not isinstance(draft_hidden, torch.Tensor):
-        raise GenerationConfigError(
-            "the weaver builder needs adapter=WeaverAdapter, target_hidden=[B, Ht] and draft_hidden=[B, D, Ht]"
-        )
-    if c < 1 or (w is not None and w < 1) or (pool_size is not None and pool_size < 1):
-        raise ValueError(f"w, c and pool_size must be >= 1, got w={w}, c={c}, pool_size={pool_size}")
-    B, D, V = marginals_logits.shape
-    depth = min(D, adapter.config.max_depth)  # D': deepest node
-    if draft_hidden.dim() != 3 or draft_hidden.shape[1] < depth:
-        raise ValueError(f"draft_hidden must be [B, >= {depth}, Ht], got {tuple(draft_hidden.shape)}")
-    k = min(pool_size or adapter.config.pool_size, V)
-    c = min(c, k)
-    width = min(w if w is not None else math.ceil(budget / 16), budget) or 1
-    n = 1 + weaver_tree_size(budget, depth, c)
+    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size, context)
+    B, depth, c, width, n = root.shape[0], plan.depth, plan.c, plan.width, plan.n
     if n == 1:
         return DraftTree.root_only(root)
 
     # 1) pools and the round's prefix: top-K of the drafter's logits per depth, raw logits as the prior
-    prior, ids = torch.topk(marginals_logits[:, :depth].float(), k, dim=-1)  # [B, D', K] each
-    state = adapter.begin_round(target_hidden, draft_hidden[:, :depth], ids, prior, capacity=n + width)
+    adapter = plan.adapter
+    state = plan.begin(marginals_logits)
 
     # 2) best-first growth on the host; node i of row b sits in adapter slot i
     nodes: list[list[tuple[int, int, int, float]]] = [[] for _ in range(B)]  # (token, parent, depth, log p)
@@ -174,3 +215,6 @@ def build_weaver(
     out = out.to(root.device)
     tokens = torch.cat([root[:, None].long(), out[0, :, 1:].long()], dim=1)  # [B, n]
     return DraftTree(tokens, out[1].long(), out[2].long(), out[3].bool(), out[4].float())
+
+
+from weaver.spec import weaver_builder_device as _device  # noqa: E402, F401  (registers "weaver")

@@ -1,0 +1,218 @@
+"""The `weaver` builder on the device: the host best-first search (`weaver_host`) as tensor ops, sync-free.
+
+Same search, same tree, no host work per node: a speculative round can be captured in one CUDA graph.
+Per row the frontier is a fixed tensor [B, F] (score, parent node, token, log p, depth; score -inf =
+empty), with F = max(N * c, w): the children of node i live in columns i*c .. i*c + c - 1 (a node is
+expanded at most once, so a column is written once). One pop round:
+
+    take the best w frontier entries (torch.topk, sorted), keep the first min(w, budget - count) finite
+    ones, append them as nodes count+1, count+2, ... (a scatter at per-row offsets: the host's pop order)
+    run ONE batched adapter step for them (entries that do not grow go to scratch slots N .. N+w-1,
+    exactly as the host pads its calls) and scatter each grown node's top-c children into its columns.
+
+Scores are float64 sums of float32 log-probs, as on the host, so both builders pop the same entries in
+the same order and return identical trees (ties aside: the host breaks them by push order, topk does not).
+
+Rounds. The loop runs `weaver_search_rounds(budget', w, D', c)` times, a function of the sizes only
+(budget' = N - 1). A host round pops w nodes, or finishes the row, or drains the frontier (pops all of
+it, fewer than w). If every expanded node pushes c finite children, the frontier after m pops holds
+c(1 + e) - m entries, e = popped nodes above depth D'; when the smallest value this can take over
+prefix-closed node sets stays >= min(w, budget' - m) at every m = 0, w, 2w, ..., no round drains and
+ceil(budget'/w) rounds suffice. Otherwise: the frontier's shallowest depth never decreases and every
+draining round raises it, so at most D' - 1 rounds drain before the last one; with one pop per draining
+round that is floor((budget' - 1 - j)/w) + j + 1 rounds, j = min(D' - 1, budget' - 1). Children whose
+log-prob is -inf (masked drafter logits) are dropped as on the host; they can only make the first
+bound short, and then the device tree is the host's first pop rounds (a smaller valid tree).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+
+from weaver.spec.builders import register_builder
+from weaver.spec.tree import DraftTree
+from weaver.spec.weaver import WeaverAdapter, WeaverRound
+from weaver.spec.weaver_builder import plan_weaver
+
+__all__ = ["build_weaver_device", "weaver_search_rounds"]
+
+_NEG_INF = float("-inf")
+
+
+def _fewest_expanded(m: int, c: int, depth: int) -> int:
+    """Lower bound on e, the nodes above depth D' among m nodes of a prefix-closed set of the c-ary trie.
+
+    With x nodes at depth D' (the only ones not expanded), e = m - x. They hang under y >= x / c nodes at
+    depth D'-1, which need ceil(y / c^i) ancestors i levels up: e >= cost(y) = sum_{i < D'-1} ceil(y / c^i).
+    So e >= min over y >= 0 of max(cost(y), m - c*y) (y = 0: every node expanded, e = m).
+    """
+    if depth == 1:
+        return 0
+    best = m  # x = 0: every node expanded
+    for parents_bottom in range(1, m + 1):  # y nodes at depth D'-1 hold up to c*y leaves
+        cost = sum(-(-parents_bottom // c**i) for i in range(depth - 1))
+        if cost >= best:
+            break
+        best = min(best, max(cost, m - c * parents_bottom))
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
+    """Pop rounds that cover every host search of `nodes` non-root nodes (static: see the module docstring)."""
+    if nodes <= 0:
+        return 0
+    no_drain = all(
+        c * (1 + _fewest_expanded(m, c, depth)) - m >= min(width, nodes - m) for m in range(0, nodes, width)
+    )
+    if no_drain:
+        return math.ceil(nodes / width)
+    drains = min(depth - 1, nodes - 1)
+    return (nodes - 1 - drains) // width + drains + 1
+
+
+class _Frontier:
+    """Per-row frontier [B, F + 1] of candidate children (column F is a sink for entries that are not pushed)."""
+
+    def __init__(self, batch: int, size: int, device: torch.device) -> None:
+        self.score = torch.full((batch, size + 1), _NEG_INF, dtype=torch.float64, device=device)
+        self.parent = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
+        self.token = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
+        self.logp = torch.zeros(batch, size + 1, dtype=torch.float32, device=device)
+        self.depth = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
+        self.sink = size
+
+    def pop(self, width: int, room: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """Best `width` entries per row, the first `room` [B] finite ones taken (and emptied).
+
+        Returns take [B, w] bool (a prefix of each row) and score, parent, token, log p, depth [B, w].
+        """
+        score, col = torch.topk(self.score[:, : self.sink], width, dim=1)  # [B, w], descending
+        lane = torch.arange(width, device=col.device)
+        take = (score > _NEG_INF) & (lane < room[:, None])  # [B, w]
+        self.score.scatter_(1, col, torch.where(take, _NEG_INF, score))
+        fields = (t.gather(1, col) for t in (self.parent, self.token, self.logp, self.depth))
+        return take, score, *fields
+
+    def push(
+        self,
+        node: torch.Tensor,  # [B, w] node id of each grown entry
+        grow: torch.Tensor,  # [B, w] bool: entries whose children are pushed
+        score: torch.Tensor,  # [B, w, c] float64 child scores (-inf = dropped)
+        token: torch.Tensor,  # [B, w, c]
+        logp: torch.Tensor,  # [B, w, c] float32
+        depth: torch.Tensor,  # [B, w] depth of the children
+    ) -> None:
+        """Write each grown node's children into its own columns node*c .. node*c + c - 1."""
+        b, w, c = score.shape
+        keep = grow[..., None] & (score > _NEG_INF)  # [B, w, c]
+        col = torch.where(keep, node[..., None] * c + torch.arange(c, device=node.device), self.sink).view(b, -1)
+        self.score.scatter_(1, col, torch.where(keep, score, _NEG_INF).view(b, -1))
+        self.parent.scatter_(1, col, node[..., None].expand(b, w, c).reshape(b, -1))
+        self.token.scatter_(1, col, token.reshape(b, -1))
+        self.logp.scatter_(1, col, logp.reshape(b, -1))
+        self.depth.scatter_(1, col, depth[..., None].expand(b, w, c).reshape(b, -1))
+        self.score[:, self.sink] = _NEG_INF
+
+
+def _children(
+    adapter: WeaverAdapter,
+    state: WeaverRound,
+    node: torch.Tensor,  # [B, w] node ids (= adapter slots)
+    grow: torch.Tensor,  # [B, w] bool: entries that are real nodes to score
+    token: torch.Tensor,  # [B, w]
+    parent: torch.Tensor,  # [B, w]
+    depth: torch.Tensor,  # [B, w]
+    score: torch.Tensor,  # [B, w] float64 cumulative score of each node
+    c: int,
+    num_nodes: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batched adapter step; each grown node's top-c children: score (float64), token, log p, [B, w, c].
+
+    Entries that do not grow are padded like the host does: scratch slot N + lane, token 0, no parent.
+    """
+    lane = torch.arange(node.shape[1], device=node.device)
+    depth = torch.where(grow, depth, 0)
+    logp = adapter.step(
+        state,
+        torch.where(grow, node, num_nodes + lane),
+        torch.where(grow, token, 0),
+        torch.where(grow, parent, -1),
+        depth,
+    )  # [B, w, K]
+    top_lp, top_ix = torch.topk(logp, c, dim=-1)  # [B, w, c]
+    rows = torch.arange(node.shape[0], device=node.device)[:, None]
+    pool_ids = state.pool_ids[rows, depth.clamp(max=state.depth - 1)]  # [B, w, K]
+    child = pool_ids.gather(-1, top_ix)  # [B, w, c]
+    return score[..., None] + top_lp.double(), child, top_lp
+
+
+@register_builder("weaver")
+@torch.no_grad()
+def build_weaver_device(
+    root: torch.Tensor,  # [B] long
+    marginals_logits: torch.Tensor,  # [B, D, V] drafter logits; row d: depth d+1
+    budget: int,
+    *,
+    adapter: WeaverAdapter | None = None,
+    target_hidden: torch.Tensor | None = None,  # [B, Ht]
+    draft_hidden: torch.Tensor | None = None,  # [B, D, Ht]
+    w: int | None = None,
+    c: int = 8,
+    pool_size: int | None = None,
+    **context: object,
+) -> DraftTree:
+    """The `weaver_host` tree built with tensor ops only (no host sync), for CUDA-graph capture.
+
+    Same arguments, defaults and output as `weaver_builder.build_weaver`; a fixed number of pop rounds
+    (`weaver_search_rounds`), each one adapter step of [B, w] nodes.
+    """
+    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size, context)
+    B, depth, c, width, n = root.shape[0], plan.depth, plan.c, plan.width, plan.n
+    if n == 1:
+        return DraftTree.root_only(root)
+    state = plan.begin(marginals_logits)
+    dev = state.visible.device
+    lane = torch.arange(width, device=dev)
+    rows = torch.arange(B, device=dev)[:, None]
+
+    # nodes [B, N + w]: node i in column i (= its adapter slot); columns N.. receive entries not taken
+    tokens = torch.zeros(B, n + width, dtype=torch.long, device=dev)
+    tokens[:, 0] = root.to(dev)
+    parents = torch.full((B, n + width), -1, dtype=torch.long, device=dev)
+    depths = torch.zeros(B, n + width, dtype=torch.long, device=dev)
+    valid = torch.zeros(B, n + width, dtype=torch.bool, device=dev)
+    valid[:, 0] = True
+    logps = torch.zeros(B, n + width, dtype=torch.float32, device=dev)
+    count = torch.zeros(B, dtype=torch.long, device=dev)  # non-root nodes so far
+
+    # the root: entry 0 of the first adapter step
+    frontier = _Frontier(B, max(n * c, width), dev)
+    first = (lane == 0).expand(B, width)
+    zeros = torch.zeros(B, width, dtype=torch.long, device=dev)
+    root_tok = torch.where(first, tokens[:, :1], 0)
+    score0 = torch.zeros(B, width, dtype=torch.float64, device=dev)
+    s, tok, lp = _children(plan.adapter, state, zeros, first, root_tok, zeros - 1, zeros, score0, c, n)
+    frontier.push(zeros, first, s, tok, lp, zeros + 1)
+
+    for _ in range(weaver_search_rounds(n - 1, width, depth, c)):
+        # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
+        take, score, parent, token, logp, node_depth = frontier.pop(width, (n - 1) - count)
+        node = count[:, None] + 1 + lane  # [B, w]
+        dst = torch.where(take, node, n + lane)
+        tokens[rows, dst] = token
+        parents[rows, dst] = parent
+        depths[rows, dst] = node_depth
+        logps[rows, dst] = logp
+        valid[rows, dst] = take
+        count = count + take.sum(1)
+        # 2) grow: the popped nodes above depth D' of rows that still have room (as the host does)
+        grow = take & (node_depth < depth) & (count < n - 1)[:, None]
+        s, tok, lp = _children(plan.adapter, state, node, grow, token, parent, node_depth, score, c, n)
+        frontier.push(node, grow, s, tok, lp, node_depth + 1)
+
+    out = (tokens[:, :n], parents[:, :n], depths[:, :n], valid[:, :n], logps[:, :n])
+    return DraftTree(*(t.to(root.device) for t in out))
