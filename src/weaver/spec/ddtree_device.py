@@ -6,16 +6,17 @@ descending score order: a child never outscores its parent (log q <= 0), so that
 No adapter runs between pops, so the same set can be found level by level instead of pop by pop:
 
     level 1:  the top-min(budget', k) depth-1 paths (the top tokens of q_1)
-    level d:  the top-min(budget', ...) of {p + x : p in level d-1, x in the top-k of q_d}
+    level d:  the top-min(budget' - d + 1, ...) of {p + x : p in level d-1, x in the top-k of q_d}
     tree:     the best budget' entries of all levels together (stable sort, shallow levels first)
 
-Each level holds the best depth-d paths of the whole trie: if a depth-d path p.x is among the budget'
-best depth-d paths, fewer than budget' depth-(d-1) paths beat p (each one extended by the best token
-would beat p.x), so p is in level d-1. The budget' best nodes overall are among the budget' best of
-their own depth. Ties keep the tree valid: a node equal to its parent sorts after it (shallower levels
-come first in the stable sort) and a node is built from a parent that is in the candidate list.
+Each level holds the best depth-d paths of the whole trie: if a depth-d path p.x is among the L best
+depth-d paths, fewer than L depth-(d-1) paths beat p (each one extended by the best token would beat
+p.x), so p is in level d-1. The budget' best nodes overall hold at most budget' - d + 1 depth-d nodes
+(each has d - 1 ancestors in the set) and every depth-d path better than one of them, so they are among
+the budget' - d + 1 best of their depth. Ties keep the tree valid: a node equal to its parent sorts
+after it (shallower levels come first in the stable sort) and is built from a parent in the list.
 
-D' = min(D, budget') sequential top-k calls of [B, budget' * k] entries, one sort of [B, D' * budget'],
+D' = min(D, budget') sequential top-k calls of at most [B, budget' * k] entries, one sort of [B, D' * budget'],
 and gathers; the node order is the host's pop order (descending score), so the trees are identical
 (ties aside: the host breaks them by rank path).
 """
@@ -59,26 +60,26 @@ def build_ddtree_device(
     top_lq, top_ids = torch.topk(logq, k, dim=-1)  # [B, D, k], descending
     top_lq = torch.where(top_lq.isnan(), _NEG_INF, top_lq)  # an all -inf marginal gives NaN: never proposed
 
-    # 1) levels: the best depth-d paths, each with its parent's index in level d-1 and its rank at d
-    scores, parents, ranks = [], [], []
+    # 1) levels: the best depth-(d+1) paths; at most nodes - d of them fit under their d ancestors
+    lq64 = top_lq.double()
+    scores, flats = [], []  # per level: [B, L] scores and index parent * k + rank (parent: in level d-1)
     prev = torch.zeros(B, 1, dtype=torch.float64, device=dev)  # level 0: the root
     for d in range(min(D, nodes)):
-        cand = (prev[:, :, None] + top_lq[:, d, None, :].double()).flatten(1)  # [B, L_{d-1} * k]
-        best, flat = torch.topk(cand, min(nodes, cand.shape[1]), dim=1)  # [B, L_d]
-        scores.append(best)
-        parents.append(flat // k)
-        ranks.append(flat % k)
-        prev = best
-    sizes = [s.shape[1] for s in scores]
-    offsets = [sum(sizes[:d]) for d in range(len(sizes))]
+        cand = (prev[:, :, None] + lq64[:, d, None, :]).flatten(1)  # [B, L_{d-1} * k]
+        prev, flat = torch.topk(cand, min(nodes - d, cand.shape[1]), dim=1)  # [B, L_d]
+        scores.append(prev)
+        flats.append(flat)
+    starts = [0]
+    for s in scores:
+        starts.append(starts[-1] + s.shape[1])  # column where each level starts
 
     # 2) per candidate (levels concatenated): score, parent's candidate index (-1: the root), depth, token
     score = torch.cat(scores, dim=1)  # [B, M]
-    parent = torch.cat([parents[0].new_full(parents[0].shape, -1)] + [p + offsets[d - 1] for d, p in
-                       enumerate(parents) if d > 0], dim=1)  # [B, M]
-    depth = torch.cat([torch.full_like(r, d + 1) for d, r in enumerate(ranks)], dim=1)  # [B, M]
-    rank = torch.cat(ranks, dim=1)  # [B, M]
-    flat_rank = (depth - 1) * k + rank  # index into top_lq / top_ids flattened over (depth, rank)
+    flat = torch.cat(flats, dim=1)  # [B, M]
+    depth = torch.cat([torch.full_like(f, d + 1) for d, f in enumerate(flats)], dim=1)  # [B, M]
+    level_start = torch.cat([torch.full_like(f, starts[max(d - 1, 0)]) for d, f in enumerate(flats)], dim=1)
+    parent = torch.where(depth > 1, flat // k + level_start, -1)  # [B, M]
+    flat_rank = (depth - 1) * k + flat % k  # index into top_lq / top_ids flattened over (depth, rank)
     token = top_ids.flatten(1).gather(1, flat_rank)
     lq = top_lq.flatten(1).gather(1, flat_rank)
 
