@@ -9,6 +9,7 @@ Sync-freedom is checked on the `meta` device, where every data-dependent host re
 from __future__ import annotations
 
 import heapq
+import inspect
 import math
 import random
 
@@ -18,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_weaver import HT, bound, make_adapter, make_inputs
 
+from weaver.spec import ddtree_device, weaver_builder_device
 from weaver.spec.builders import build_ddtree, get_builder, trie_size
 from weaver.spec.ddtree_device import build_ddtree_device
 from weaver.spec.tree import DraftTree
@@ -252,6 +254,15 @@ def test_ddtree_device_is_sync_free(budget, topk) -> None:
     assert tree.device.type == "meta" and tree.size == 1 + trie_size(budget, 6, min(topk or budget, VOCAB))
     with pytest.raises((RuntimeError, NotImplementedError)):
         build_ddtree(root, marginals, budget, topk=topk)
+
+
+@pytest.mark.parametrize("module", [ddtree_device, weaver_builder_device], ids=lambda m: m.__name__.split(".")[-1])
+def test_device_builders_build_no_tensor_from_host_data(module) -> None:
+    """Meta tensors catch host reads but not host-to-device copies of Python data (torch.tensor(list),
+    new_tensor), which a CUDA graph cannot capture either: the device modules must not contain them."""
+    source = inspect.getsource(module)
+    for word in ("torch.tensor(", ".new_tensor(", ".tolist(", ".item(", ".cpu(", ".numpy("):
+        assert word not in source, f"{module.__name__} uses {word}"
 
 
 def test_registry_names() -> None:

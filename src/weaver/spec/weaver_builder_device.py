@@ -75,46 +75,45 @@ def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
 
 
 class _Frontier:
-    """Per-row frontier [B, F + 1] of candidate children (column F is a sink for entries that are not pushed)."""
+    """Per-row frontier of candidate children: score [B, F + 1] float64 (-inf = empty), item [B, F + 1, 3]
+    (parent node, token, depth), logp [B, F + 1]. Column F is a sink for entries that are not pushed."""
 
-    def __init__(self, batch: int, size: int, device: torch.device) -> None:
+    def __init__(self, batch: int, size: int, width: int, c: int, device: torch.device) -> None:
         self.score = torch.full((batch, size + 1), _NEG_INF, dtype=torch.float64, device=device)
-        self.parent = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
-        self.token = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
+        self.item = torch.zeros(batch, size + 1, 3, dtype=torch.long, device=device)
         self.logp = torch.zeros(batch, size + 1, dtype=torch.float32, device=device)
-        self.depth = torch.zeros(batch, size + 1, dtype=torch.long, device=device)
         self.sink = size
+        self.lane = torch.arange(width, device=device)  # [w]
+        self.child = torch.arange(c, device=device)  # [c]
 
-    def pop(self, width: int, room: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """Best `width` entries per row, the first `room` [B] finite ones taken (and emptied).
+    def pop(self, room: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The best w entries per row, of which the first `room` [B] finite ones are taken (and emptied).
 
-        Returns take [B, w] bool (a prefix of each row) and score, parent, token, log p, depth [B, w].
+        Returns take [B, w] bool (a prefix of each row), score [B, w], item [B, w, 3], log p [B, w].
         """
-        score, col = torch.topk(self.score[:, : self.sink], width, dim=1)  # [B, w], descending
-        lane = torch.arange(width, device=col.device)
-        take = (score > _NEG_INF) & (lane < room[:, None])  # [B, w]
+        score, col = torch.topk(self.score[:, : self.sink], self.lane.shape[0], dim=1)  # [B, w], descending
+        take = (score > _NEG_INF) & (self.lane < room[:, None])  # [B, w]
         self.score.scatter_(1, col, torch.where(take, _NEG_INF, score))
-        fields = (t.gather(1, col) for t in (self.parent, self.token, self.logp, self.depth))
-        return take, score, *fields
+        item = self.item.gather(1, col[..., None].expand(-1, -1, 3))
+        return take, score, item, self.logp.gather(1, col)
 
     def push(
         self,
         node: torch.Tensor,  # [B, w] node id of each grown entry
         grow: torch.Tensor,  # [B, w] bool: entries whose children are pushed
+        depth: torch.Tensor,  # [B, w] depth of the children
         score: torch.Tensor,  # [B, w, c] float64 child scores (-inf = dropped)
         token: torch.Tensor,  # [B, w, c]
         logp: torch.Tensor,  # [B, w, c] float32
-        depth: torch.Tensor,  # [B, w] depth of the children
     ) -> None:
         """Write each grown node's children into its own columns node*c .. node*c + c - 1."""
         b, w, c = score.shape
         keep = grow[..., None] & (score > _NEG_INF)  # [B, w, c]
-        col = torch.where(keep, node[..., None] * c + torch.arange(c, device=node.device), self.sink).view(b, -1)
-        self.score.scatter_(1, col, torch.where(keep, score, _NEG_INF).view(b, -1))
-        self.parent.scatter_(1, col, node[..., None].expand(b, w, c).reshape(b, -1))
-        self.token.scatter_(1, col, token.reshape(b, -1))
-        self.logp.scatter_(1, col, logp.reshape(b, -1))
-        self.depth.scatter_(1, col, depth[..., None].expand(b, w, c).reshape(b, -1))
+        col = torch.where(keep, node[..., None] * c + self.child, self.sink).view(b, w * c)
+        item = torch.stack([node[..., None].expand(b, w, c), token, depth[..., None].expand(b, w, c)], dim=-1)
+        self.score.scatter_(1, col, torch.where(keep, score, _NEG_INF).view(b, w * c))
+        self.item.scatter_(1, col[..., None].expand(b, w * c, 3), item.view(b, w * c, 3))
+        self.logp.scatter_(1, col, logp.reshape(b, w * c))
         self.score[:, self.sink] = _NEG_INF
 
 
@@ -123,31 +122,21 @@ def _children(
     state: WeaverRound,
     node: torch.Tensor,  # [B, w] node ids (= adapter slots)
     grow: torch.Tensor,  # [B, w] bool: entries that are real nodes to score
-    token: torch.Tensor,  # [B, w]
-    parent: torch.Tensor,  # [B, w]
-    depth: torch.Tensor,  # [B, w]
+    item: torch.Tensor,  # [B, w, 3] parent, token, depth of each node
     score: torch.Tensor,  # [B, w] float64 cumulative score of each node
+    scratch: torch.Tensor,  # [w] slots N .. N + w - 1
     c: int,
-    num_nodes: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One batched adapter step; each grown node's top-c children: score (float64), token, log p, [B, w, c].
 
-    Entries that do not grow are padded like the host does: scratch slot N + lane, token 0, no parent.
+    Entries that do not grow are padded like the host does: a scratch slot, token 0, no parent, depth 0.
     """
-    lane = torch.arange(node.shape[1], device=node.device)
-    depth = torch.where(grow, depth, 0)
-    logp = adapter.step(
-        state,
-        torch.where(grow, node, num_nodes + lane),
-        torch.where(grow, token, 0),
-        torch.where(grow, parent, -1),
-        depth,
-    )  # [B, w, K]
+    parent, token, depth = (torch.where(grow, t, pad) for t, pad in zip(item.unbind(-1), (-1, 0, 0)))
+    logp = adapter.step(state, torch.where(grow, node, scratch), token, parent, depth)  # [B, w, K]
     top_lp, top_ix = torch.topk(logp, c, dim=-1)  # [B, w, c]
-    rows = torch.arange(node.shape[0], device=node.device)[:, None]
-    pool_ids = state.pool_ids[rows, depth.clamp(max=state.depth - 1)]  # [B, w, K]
-    child = pool_ids.gather(-1, top_ix)  # [B, w, c]
-    return score[..., None] + top_lp.double(), child, top_lp
+    pool = depth.clamp(max=state.depth - 1)  # [B, w]
+    pool_ids = state.pool_ids.gather(1, pool[..., None].expand(-1, -1, state.pool_ids.shape[-1]))  # [B, w, K]
+    return score[..., None] + top_lp.double(), pool_ids.gather(-1, top_ix), top_lp
 
 
 @register_builder("weaver")
@@ -176,43 +165,42 @@ def build_weaver_device(
         return DraftTree.root_only(root)
     state = plan.begin(marginals_logits)
     dev = state.visible.device
-    lane = torch.arange(width, device=dev)
     rows = torch.arange(B, device=dev)[:, None]
+    frontier = _Frontier(B, max(n * c, width), width, c, dev)
+    lane, scratch = frontier.lane, n + frontier.lane  # [w]
 
-    # nodes [B, N + w]: node i in column i (= its adapter slot); columns N.. receive entries not taken
-    tokens = torch.zeros(B, n + width, dtype=torch.long, device=dev)
-    tokens[:, 0] = root.to(dev)
-    parents = torch.full((B, n + width), -1, dtype=torch.long, device=dev)
-    depths = torch.zeros(B, n + width, dtype=torch.long, device=dev)
+    # nodes: item [B, N + w, 3] (parent, token, depth), node i in column i (= its adapter slot); columns
+    # N.. receive the popped entries that are not taken
+    nodes = torch.zeros(B, n + width, 3, dtype=torch.long, device=dev)
+    nodes[:, :, 0] = -1
+    nodes[:, 0, 1] = root.to(dev)
     valid = torch.zeros(B, n + width, dtype=torch.bool, device=dev)
     valid[:, 0] = True
     logps = torch.zeros(B, n + width, dtype=torch.float32, device=dev)
     count = torch.zeros(B, dtype=torch.long, device=dev)  # non-root nodes so far
 
     # the root: entry 0 of the first adapter step
-    frontier = _Frontier(B, max(n * c, width), dev)
     first = (lane == 0).expand(B, width)
     zeros = torch.zeros(B, width, dtype=torch.long, device=dev)
-    root_tok = torch.where(first, tokens[:, :1], 0)
-    score0 = torch.zeros(B, width, dtype=torch.float64, device=dev)
-    s, tok, lp = _children(plan.adapter, state, zeros, first, root_tok, zeros - 1, zeros, score0, c, n)
-    frontier.push(zeros, first, s, tok, lp, zeros + 1)
+    score = torch.zeros(B, width, dtype=torch.float64, device=dev)
+    s, tok, lp = _children(plan.adapter, state, zeros, first, nodes[:, :width], score, scratch, c)
+    frontier.push(zeros, first, zeros + 1, s, tok, lp)
 
     for _ in range(weaver_search_rounds(n - 1, width, depth, c)):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
-        take, score, parent, token, logp, node_depth = frontier.pop(width, (n - 1) - count)
+        take, score, item, logp = frontier.pop((n - 1) - count)
         node = count[:, None] + 1 + lane  # [B, w]
-        dst = torch.where(take, node, n + lane)
-        tokens[rows, dst] = token
-        parents[rows, dst] = parent
-        depths[rows, dst] = node_depth
+        dst = torch.where(take, node, scratch)
+        nodes[rows, dst] = item
         logps[rows, dst] = logp
         valid[rows, dst] = take
         count = count + take.sum(1)
         # 2) grow: the popped nodes above depth D' of rows that still have room (as the host does)
+        node_depth = item[..., 2]
         grow = take & (node_depth < depth) & (count < n - 1)[:, None]
-        s, tok, lp = _children(plan.adapter, state, node, grow, token, parent, node_depth, score, c, n)
-        frontier.push(node, grow, s, tok, lp, node_depth + 1)
+        s, tok, lp = _children(plan.adapter, state, node, grow, item, score, scratch, c)
+        frontier.push(node, grow, node_depth + 1, s, tok, lp)
 
-    out = (tokens[:, :n], parents[:, :n], depths[:, :n], valid[:, :n], logps[:, :n])
+    parents, tokens, depths = nodes[:, :n].unbind(-1)
+    out = (tokens, parents, depths, valid[:, :n], logps[:, :n])
     return DraftTree(*(t.to(root.device) for t in out))
