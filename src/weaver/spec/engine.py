@@ -19,6 +19,7 @@ from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
 from weaver.models.fast_decode import FastDecoder, unsupported_reason
 from weaver.spec.graphs import GraphedStep
+from weaver.spec.readback import ChunkReadback
 from weaver.spec.sampling import SamplingParams, sample_next_token
 
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
@@ -153,19 +154,31 @@ class Engine:
         stats.add_time("prefill", time.perf_counter() - t0)
         yield [first]
         # 2) rounds: verify a one-node tree (the last token), accept the target's choice. Steps are
-        # queued DECODE_LOOKAHEAD at a time and read back with one host sync, so the device never
-        # waits for Python between steps; the caller may stop early (tokens past EOS are dropped).
+        # queued DECODE_LOOKAHEAD at a time; chunk n+1 is queued before chunk n's tokens are read back,
+        # so the device never waits for the caller. The caller may stop early (extra tokens are dropped).
         remaining = max_new_tokens - 1
-        ring = torch.zeros(DECODE_LOOKAHEAD, dtype=torch.long, device=self.device)
-        while remaining > 0:
-            t0 = time.perf_counter()
+        readback = ChunkReadback(DECODE_LOOKAHEAD, self.device)
+        t_last = time.perf_counter()
+
+        def queue_chunk() -> None:
+            nonlocal token, remaining
             chunk = min(DECODE_LOOKAHEAD, remaining)
+            ring = readback.ring()
             for i in range(chunk):
                 token = step(token)
                 ring[i : i + 1].copy_(token[0])
-            values = ring[:chunk].tolist()  # one host sync per chunk
-            stats.add_time("verify", time.perf_counter() - t0)
+            readback.submit(chunk)
             remaining -= chunk
+
+        if remaining > 0:
+            queue_chunk()
+        while readback.pending:
+            if remaining > 0:
+                queue_chunk()
+            values = readback.collect()
+            now = time.perf_counter()
+            stats.add_time("verify", now - t_last)  # wall time per chunk (overlaps the caller's work)
+            t_last = now
             for value in values:
                 stats.rounds += 1
                 stats.emitted += 1

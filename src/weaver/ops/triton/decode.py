@@ -17,27 +17,20 @@ import triton.language as tl
 
 from weaver.ops.triton._utils import check_device
 
-_NUM_SMS: dict[int, int] = {}
-
-
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":  # the interpreter runs programs one by one: few, large ones
-        return 1
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    if index not in _NUM_SMS:
-        _NUM_SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _NUM_SMS[index]
-
 
 def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps): enough programs to cover every SM twice, K in 128..512 slices."""
-    block_k = min(512, max(128, triton.next_power_of_2(k) // 4))
-    target = 2 * _num_sms(device)
-    block_n = 1
-    while block_n < 64 and triton.cdiv(n_out, block_n * 2) * rows >= target:
-        block_n *= 2
-    block_n = max(block_n, 4)
-    return block_n, block_k, 4
+    """(BLOCK_N, BLOCK_K, num_warps) for an [n_out, k] GEMV over `rows` input rows.
+
+    One warp per program and a 1024-element weight tile: on the H200 that is the fastest, or within
+    0.3 us of it, for every SmolLM2 shape (benchmarks/results/ar/v3/decode_sweep.txt): tiny programs,
+    many of them, so the loads of all SMs are in flight at once. Wide outputs (the LM head) take taller
+    tiles to bound the program count. Under the CPU interpreter, few large programs run fastest.
+    """
+    if device.type != "cuda":
+        return 16, min(128, triton.next_power_of_2(k)), 1
+    block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
+    block_k = min(1024 // block_n, triton.next_power_of_2(k))
+    return block_n, block_k, 1
 
 
 @triton.jit
@@ -225,7 +218,7 @@ def decode_attention(
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
     eps: float = 1e-6,
-    block_s: int = 64,
+    block_s: int = 128,
 ) -> torch.Tensor:
     """qk-norm + RoPE + K/V write + attention over slots 0..length, one launch (see decode_attention_ref)."""
     check_device(qkv, cache_k, cache_v, lengths, inv_freq)
