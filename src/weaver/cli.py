@@ -28,8 +28,8 @@ def _add_generate(sub) -> None:
     p.add_argument("--method", default="ar", choices=["ar", "chain", "ddtree", "weaver"],
                    help="decoding method (chain/ddtree/weaver need --drafter; weaver also --adapter)")
     p.add_argument("--budget", type=int, default=64, help="tree budget: non-root nodes per round")
-    p.add_argument("--drafter", default=None, help="DFlash drafter checkpoint directory, or 'random'")
-    p.add_argument("--adapter", default=None, help="Weaver adapter checkpoint directory, or 'random'")
+    p.add_argument("--drafter", default=None, help="drafter checkpoint dir, or 'random[:layers]' (default 1 layer)")
+    p.add_argument("--adapter", default=None, help="adapter checkpoint dir, or 'random[:width]' (default width 64)")
     p.add_argument("--verify", default="auto", choices=["auto", "greedy", "target_only", "traversal",
                                                         "chain_speculative"],
                    help="verification rule (auto: greedy at temperature 0, else target_only)")

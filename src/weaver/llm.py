@@ -268,29 +268,43 @@ class LLM:
 
 
 def _load_drafter(spec: str | None, target: Decoder, seed: int):
-    """None, "random" (a 1-layer random DFlash drafter for this target) or a checkpoint directory."""
+    """None, "random[:layers]" (a random DFlash drafter for this target, 1 layer by default) or a checkpoint."""
     if spec is None:
         return None
     from weaver.spec.drafter import DFlashDrafter
 
-    if spec == "random":
-        drafter = DFlashDrafter.random(target.config, num_layers=1, seed=seed)
+    size = _random_size(spec, default=1)
+    if size is not None:
+        drafter = DFlashDrafter.random(target.config, num_layers=size, seed=seed)
     else:
         drafter = DFlashDrafter.from_pretrained(spec)
     return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
 
 
 def _load_adapter(spec: str | None, target: Decoder, seed: int):
-    """None, "random" (a small random Weaver adapter for this target) or a checkpoint directory."""
+    """None, "random[:width]" (a random Weaver adapter for this target, width 64 by default) or a checkpoint."""
     if spec is None:
         return None
     from weaver.spec.weaver import WeaverAdapter
 
-    if spec == "random":
-        adapter = WeaverAdapter.random(target.config, d_rank=64, num_heads=4, mlp_dim=128, seed=seed)
+    width = _random_size(spec, default=64)
+    if width is not None:
+        adapter = WeaverAdapter.random(target.config, d_rank=width, num_heads=4, mlp_dim=2 * width, seed=seed)
     else:
         adapter = WeaverAdapter.from_pretrained(spec)
     return adapter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
+
+
+def _random_size(spec: str, default: int) -> int | None:
+    """"random" -> default, "random:N" -> N, anything else (a checkpoint path) -> None."""
+    if spec == "random":
+        return default
+    if spec.startswith("random:"):
+        size = spec.split(":", 1)[1]
+        if not size.isdigit() or int(size) < 1:
+            raise GenerationConfigError(f"expected random:<positive int>, got {spec!r}")
+        return int(size)
+    return None
 
 
 class _TextStreamer:

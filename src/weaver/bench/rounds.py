@@ -27,8 +27,8 @@ STAGES = ("prefill", "draft", "build", "verify", "accept", "commit")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="registry name / directory (or preset)")
     parser.add_argument("--random-weights", action="store_true", help="build --model from a preset with random weights")
-    parser.add_argument("--drafter", default="random", help="drafter checkpoint or 'random'")
-    parser.add_argument("--adapter", default="random", help="Weaver adapter checkpoint or 'random'")
+    parser.add_argument("--drafter", default="random", help="drafter checkpoint or 'random[:layers]'")
+    parser.add_argument("--adapter", default="random", help="Weaver adapter checkpoint or 'random[:width]'")
     parser.add_argument("--methods", nargs="+", default=["ar", "chain", "ddtree", "weaver"])
     parser.add_argument("--budgets", nargs="+", type=int, default=[8, 32, 64])
     parser.add_argument("--new-tokens", type=int, default=48)
@@ -68,11 +68,12 @@ def run(args: argparse.Namespace) -> int:
             rows.append({
                 "method": method, "budget": budget, "tau": emitted / max(rounds, 1), "rounds": rounds,
                 "tok_per_s": len(prompts) * args.new_tokens / seconds, "round_ms": per_round_ms,
+                "cuda_graphs": method != "ar" and bool(getattr(llm._spec, "last_round_graphed", False)),
             })
             r = rows[-1]
             stage_txt = " ".join(f"{k} {v:.2f}" for k, v in per_round_ms.items() if v)
             print(f"{method:<7} budget {budget:>3}: tau {r['tau']:.2f} | {r['tok_per_s']:.1f} tok/s | "
-                  f"ms/round: {stage_txt}", flush=True)
+                  f"ms/round: {stage_txt}" + (" (captured round)" if r["cuda_graphs"] else ""), flush=True)
     report = {
         "model": args.model, "random_weights": args.random_weights, "device": str(llm.model.device),
         "dtype": str(llm.model.dtype), "torch": torch.__version__, "python": platform.python_version(),

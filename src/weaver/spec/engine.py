@@ -20,6 +20,7 @@ from weaver.models.decoder import Decoder
 from weaver.models.fast_decode import FastDecoder, unsupported_reason
 from weaver.spec.graphs import GraphedStep
 from weaver.spec.readback import ChunkReadback
+from weaver.spec.round_graphs import graphable
 from weaver.spec.sampling import SamplingParams, sample_next_token
 
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
@@ -196,7 +197,10 @@ class Engine:
     ) -> Iterator[list[int]]:
         """Speculative rounds; the cache leaves room for one full tree past the committed tokens."""
         cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)
-        yield from decoder.generate(cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats)
+        use_graphs = self.use_cuda_graphs and graphable(cfg, self.device)
+        yield from decoder.generate(
+            cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats, use_graphs, self.timing
+        )
 
     def _generator(self, seed: int) -> torch.Generator | None:
         if self.device.type == "cuda":

@@ -9,6 +9,7 @@ Every method (chain, ddtree, weaver) runs this same round; only the builder diff
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -48,19 +49,33 @@ class SpeculativeDecoder:
         self.adapter = adapter
         self.feature_layers = tuple(drafter.config.target_layer_ids)
         self._sync = timer or (lambda: None)
+        self._graphs: dict[tuple, object] = {}  # captured rounds (spec.round_graphs), per config and cache
         if adapter is not None:
             adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
 
     # -- 0) prefill ---------------------------------------------------------------------------------
     @torch.no_grad()
-    def start(self, cache: ModelCache, prompt_ids: list[int], params: SamplingParams, generator) -> SpecState:
-        """Prefill the prompt, seed the drafter's context with its features, sample the first root."""
+    def start(
+        self, cache: ModelCache, prompt_ids: list[int], params: SamplingParams, generator,
+        state: SpecState | None = None,
+    ) -> SpecState:
+        """Prefill the prompt, seed the drafter's context with its features, sample the first root.
+
+        With `state` (whose cache is `cache`), its tensors are refilled in place: captured round graphs
+        keep their addresses.
+        """
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.target.device)
         out = self.target(prompt, cache, last_only=True, capture_layers=self.feature_layers)
-        context = self.drafter.new_context(1, cache.capacity)
-        self.drafter.append_context(context, out.captured)
         root = sample_next_token(out.logits[:, -1], params, generator)
-        return SpecState(cache=cache, context=context, root=root, target_hidden=out.hidden[:, -1])
+        if state is None:
+            state = SpecState(cache=cache, context=self.drafter.new_context(1, cache.capacity), root=root,
+                              target_hidden=out.hidden[:, -1].clone())
+        else:
+            state.context.lengths.zero_()
+            state.root.copy_(root)
+            state.target_hidden.copy_(out.hidden[:, -1])
+        self.drafter.append_context(state.context, out.captured)
+        return state
 
     # -- one round ----------------------------------------------------------------------------------
     @torch.no_grad()
@@ -69,62 +84,95 @@ class SpeculativeDecoder:
     ) -> tuple[AcceptResult, torch.Tensor]:
         """Advance `state` by one verify pass; returns the accept result and the emitted tokens [B, P]."""
         clock = _Clock(self._sync, times)
-        # 1) draft: marginals of the next block-1 tokens after the root
-        draft = self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
+        draft = self.stage_draft(state)
         clock.lap("draft")
-        # 2) build: a tree within the budget
-        builder = get_builder(cfg.method)
-        tree: DraftTree = builder(
+        tree = self.stage_build(state, draft, cfg)
+        clock.lap("build")
+        out = self.stage_verify(state, tree)
+        clock.lap("verify")
+        result = self._accept(tree, out.logits, cfg, generator, path_len=self.path_len(draft))
+        clock.lap("accept")
+        emitted = self.stage_commit(state, tree, out, result)
+        clock.lap("commit")
+        return result, emitted
+
+    # The five stages, also captured one CUDA graph each by `spec.round_graphs` (no host syncs inside).
+    def stage_draft(self, state: SpecState):
+        """1) draft: marginals of the next block-1 tokens after the root."""
+        return self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
+
+    def stage_build(self, state: SpecState, draft, cfg: SpecConfig) -> DraftTree:
+        """2) build: a tree within the budget."""
+        return get_builder(cfg.method)(
             state.root, draft.logits, cfg.budget, adapter=self.adapter, target_hidden=state.target_hidden,
             draft_hidden=draft.hidden, **cfg.builder_options,
         )
-        clock.lap("build")
-        # 3) verify: one target pass over every node (committed state read-only)
-        out = self.target(
+
+    def stage_verify(self, state: SpecState, tree: DraftTree):
+        """3) verify: one target pass over every node (committed state read-only)."""
+        return self.target(
             tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers
         )
-        clock.lap("verify")
-        # 4) accept: a lossless rule picks the path and the bonus token
-        result = self._accept(tree, out.logits, cfg, generator)
-        clock.lap("accept")
-        # 5) commit: caches along the accepted path; its features feed the drafter's next round
+
+    def stage_commit(self, state: SpecState, tree: DraftTree, out, result: AcceptResult) -> torch.Tensor:
+        """5) commit: caches along the accepted path; its features feed the drafter's next round."""
         self.target.commit(state.cache, result.path, result.num_accepted)
         path = result.path.clamp(min=0)
         features = out.captured.gather(1, path[:, :, None].expand(-1, -1, out.captured.shape[-1]))
         self.drafter.append_context(state.context, features, result.num_accepted)
         last = path.gather(1, (result.num_accepted - 1)[:, None])  # [B, 1] last accepted node
-        state.target_hidden = out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0]
-        state.root = result.next_token
-        emitted = result.emitted(tree)
-        clock.lap("commit")
-        return result, emitted
+        hidden = out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0]
+        state.target_hidden.copy_(hidden)  # in place: captured graphs hold these addresses
+        state.root.copy_(result.next_token)
+        return result.emitted(tree)
 
-    def _accept(self, tree: DraftTree, logits: torch.Tensor, cfg: SpecConfig, generator) -> AcceptResult:
+    @staticmethod
+    def path_len(draft) -> int:
+        """Static bound on accepted nodes (root + one per drafted depth): no host read of the tree depth."""
+        return draft.logits.shape[1] + 1
+
+    def _accept(
+        self, tree: DraftTree, logits: torch.Tensor, cfg: SpecConfig, generator, path_len: int | None = None
+    ) -> AcceptResult:
+        """4) accept: a lossless rule picks the path and the bonus token."""
         rule = VERIFY_RULES[cfg.rule]
         if cfg.rule == "greedy":
-            return rule(tree, logits)
+            return rule(tree, logits, path_len=path_len)
         target_probs = process_logits(logits, cfg.params)
         draft_probs = None
         if cfg.rule == "chain_speculative":  # argmax drafts: the proposal is one-hot on each child's token
             nxt = torch.cat([tree.tokens[:, 1:], tree.tokens[:, -1:]], dim=1)
             draft_probs = torch.nn.functional.one_hot(nxt, logits.shape[-1]).float()
-        return rule(tree, target_probs, generator=generator, draft_probs=draft_probs)
+        return rule(tree, target_probs, generator=generator, draft_probs=draft_probs, path_len=path_len)
 
     # -- the loop -----------------------------------------------------------------------------------
     def generate(
-        self, cache: ModelCache, prompt_ids: list[int], max_new_tokens: int, cfg: SpecConfig, generator, stats
+        self, cache: ModelCache, prompt_ids: list[int], max_new_tokens: int, cfg: SpecConfig, generator, stats,
+        use_graphs: bool = False, timing: bool = False,
     ) -> Iterator[list[int]]:
-        """Yield the tokens each round emits (first the prefill's token, then >= 1 per round)."""
+        """Yield the tokens each round emits (first the prefill's token, then >= 1 per round).
+
+        use_graphs (CUDA, greedy): rounds replay five captured graphs (`spec.round_graphs`); timing then
+        reads each stage's device time from CUDA events instead of synchronising between stages.
+        """
         t0 = time.perf_counter()
-        state = self.start(cache, prompt_ids, cfg.params, generator)
+        graphs = self._round_graphs(cache, prompt_ids, cfg, generator) if use_graphs else None
+        self.last_round_graphed = graphs is not None
+        state = self.start(cache, prompt_ids, cfg.params, generator, state=graphs.state if graphs else None)
         first = int(state.root[0])
         stats.add_time("prefill", time.perf_counter() - t0)
         yield [first]
         emitted = 1
         while emitted < max_new_tokens:
-            result, emitted_tokens = self.decode_round(state, cfg, generator, stats.stage_seconds)
+            if graphs is not None:
+                result, emitted_tokens = graphs.replay(timing)
+            else:
+                result, emitted_tokens = self.decode_round(state, cfg, generator, stats.stage_seconds)
             n = int(result.num_accepted[0])
             tokens = emitted_tokens[0, :n].tolist()  # one host sync per round
+            if graphs is not None and timing:
+                for stage, seconds in graphs.stage_seconds().items():
+                    stats.add_time(stage, seconds)
             stats.rounds += 1
             stats.emitted += n
             while len(stats.accepted_per_depth) < n:
@@ -133,6 +181,21 @@ class SpeculativeDecoder:
             emitted += n
             yield tokens
 
+    def _round_graphs(self, cache: ModelCache, prompt_ids: list[int], cfg: SpecConfig, generator):
+        """Captured round for (cfg, cache): built once on this prompt's state, then the state is reset."""
+        from weaver.spec.round_graphs import RoundGraphs
+
+        key = (cfg.method, cfg.budget, cfg.rule, tuple(sorted(cfg.builder_options.items())), id(cache))
+        if key not in self._graphs:
+            state = self.start(cache, prompt_ids, cfg.params, generator)
+            try:
+                self._graphs[key] = RoundGraphs(self, state, cfg)
+            except RuntimeError as err:  # an op that cannot be captured: run this config eagerly
+                warnings.warn(f"speculative round not captured ({cfg.method}, budget {cfg.budget}): {err}",
+                              stacklevel=2)
+                self._graphs[key] = None
+        cache.reset()
+        return self._graphs[key]
 
 class _Clock:
     """Stage timer; `sync` waits for the device first when timing is on (CUDA is asynchronous)."""

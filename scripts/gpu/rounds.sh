@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# H200: speculative round cost (issue 4). Needs part 2 of the GGUF carried (part 1 copied to ~/cache by
+# the previous call) and .whl: see setup.sh.
+# 1) captured rounds give exactly the ar tokens (fp32, tiny models); 2) per-stage device times of one
+# round on SmolLM2 bf16 with a random 3-layer drafter and a random width-512 Weaver, ar in the same run.
+set -e
+source scripts/gpu/setup.sh
+filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
+python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
+python3 scripts/gpu/rounds_check.py 2>&1 | filter | tee "$OUT/rounds_check.txt"
+python3 -m weaver.cli bench rounds --model smollm2 --device cuda --dtype bf16 --drafter random:3 --adapter random:512 \
+  --methods ar chain weaver --budgets 16 64 --new-tokens 64 --out "$OUT/rounds_h200.json" 2>&1 | filter \
+  | tee "$OUT/rounds_h200.txt"
+cp "$OUT/rounds_h200.md" "$OUT/rounds_h200_table.md" 2>/dev/null || true
