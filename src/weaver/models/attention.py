@@ -72,6 +72,3 @@ class Attention(nn.Module):
         if gate is not None:
             out = out * torch.sigmoid(gate)
         return self.o_proj(out)
-
-    def commit(self, cache: AttentionCache, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
-        cache.compact(src_slots, dst_slots)

@@ -58,6 +58,22 @@ class ModelCache:
     layers: list[AttentionCache | GDNCache]
     capacity: int  # S: slots per row, including room for the largest tree
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    # every attention layer's K and V as one [L_attn, B, Hkv, S, D] tensor each (the layers hold views):
+    # a commit compacts all layers with one gather + one scatter instead of four ops per layer
+    stacked_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def compact_attention(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
+        """Copy slots src [B, P] to dst [B, P] in every attention layer (gathers first: overlaps are safe)."""
+        if self.stacked_kv is None:
+            for layer in self.layers:
+                if isinstance(layer, AttentionCache):
+                    layer.compact(src_slots, dst_slots)
+            return
+        for big in self.stacked_kv:
+            n, b, h, _, d = big.shape
+            shape = (n, b, h, src_slots.shape[1], d)
+            src = src_slots[None, :, None, :, None].expand(shape)
+            big.scatter_(3, dst_slots[None, :, None, :, None].expand(shape), big.gather(3, src))
 
     @property
     def batch_size(self) -> int:
@@ -83,6 +99,11 @@ def allocate_cache(
 ) -> ModelCache:
     """Preallocate every layer's cache once, at full capacity."""
     layers: list[AttentionCache | GDNCache] = []
+    num_attn = sum(kind != "linear_attention" for kind in cfg.layer_types)
+    kv_shape = (num_attn, batch_size, cfg.num_key_value_heads, capacity, cfg.head_dim)
+    big_k = torch.zeros(kv_shape, device=device, dtype=dtype)
+    big_v = torch.zeros(kv_shape, device=device, dtype=dtype)
+    attn_index = 0
     for kind in cfg.layer_types:
         if kind == "linear_attention":
             state = torch.zeros(
@@ -98,12 +119,7 @@ def allocate_cache(
             )
             layers.append(GDNCache(state=state, conv=conv))
         else:
-            shape = (batch_size, cfg.num_key_value_heads, capacity, cfg.head_dim)
-            layers.append(
-                AttentionCache(
-                    k=torch.zeros(shape, device=device, dtype=dtype),
-                    v=torch.zeros(shape, device=device, dtype=dtype),
-                )
-            )
+            layers.append(AttentionCache(k=big_k[attn_index], v=big_v[attn_index]))
+            attn_index += 1
     lengths = torch.zeros(batch_size, dtype=torch.long, device=device)
-    return ModelCache(lengths=lengths, layers=layers, capacity=capacity)
+    return ModelCache(lengths=lengths, layers=layers, capacity=capacity, stacked_kv=(big_k, big_v))

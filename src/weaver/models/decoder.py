@@ -14,7 +14,7 @@ from torch import nn
 
 from weaver.models import backend
 from weaver.models.attention import Attention
-from weaver.models.cache import AttentionCache, GDNCache, ModelCache, allocate_cache
+from weaver.models.cache import GDNCache, ModelCache, allocate_cache
 from weaver.models.config import ModelConfig
 from weaver.models.gdn import GatedDeltaNet
 from weaver.models.mlp import MLP
@@ -137,10 +137,9 @@ class Decoder(nn.Module):
         offsets = torch.arange(path.shape[1], device=path.device)[None, :]
         src = base + node
         dst = torch.where(valid, base + offsets, src)  # padded entries copy a slot onto itself
+        cache.compact_attention(src, dst)  # every attention layer at once
         for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
-            if isinstance(layer_cache, AttentionCache):
-                layer.self_attn.commit(layer_cache, src, dst)
-            elif isinstance(layer_cache, GDNCache):
+            if isinstance(layer_cache, GDNCache):
                 layer.linear_attn.commit(layer_cache, path)
         cache.lengths.add_(num_accepted)
 
