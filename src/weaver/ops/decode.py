@@ -4,6 +4,8 @@ A batch-1 decode step of a small model is launch-bound, so the fast path runs ea
 kernels: (norm + qkv GEMV), (qk-norm + rope + K/V write + attention), (o GEMV + residual),
 (norm + gate/up GEMV + SiLU*up), (down GEMV + residual). These references define what each fused
 kernel computes, with the rounding points of the unfused model code (`weaver.models`).
+The tree verify (`weaver.ops.triton.verify`) splits the attention kernel in two: K/V write, then
+tree attention (`tree_rope_kv_write_ref`, `tree_attention_ref`), and runs the GEMVs over B T rows.
 """
 
 from __future__ import annotations
@@ -80,3 +82,56 @@ def decode_attention_ref(
         q[:, :, None], cache_k, cache_v, attn_mask=mask, enable_gqa=num_heads != num_kv_heads
     )
     return out.reshape(b, num_heads * d)
+
+
+def tree_rope_kv_write_ref(
+    qkv: torch.Tensor,  # [B T, (H + 2 Hkv) D]: the fused projection of T tree nodes per row, node-major
+    cache_k: torch.Tensor,  # [B, Hkv, S, D]
+    cache_v: torch.Tensor,
+    lengths: torch.Tensor,  # [B] committed tokens
+    depth: torch.Tensor,  # [B, T] node depths
+    inv_freq: torch.Tensor,  # [rot/2] fp32
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,  # [D] (qwen3)
+    k_norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """Tree verify's K/V write: node j at position lengths + depth[j], slot lengths + j; returns q [B T, H D]."""
+    b, t = depth.shape
+    d = cache_k.shape[-1]
+    q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
+    q, k, v = q.view(b * t, num_heads, d), k.view(b * t, num_kv_heads, d), v.view(b, t, num_kv_heads, d)
+    if q_norm is not None:
+        q, k = rms_norm_ref(q, q_norm, eps), rms_norm_ref(k, k_norm, eps)
+    positions = (lengths[:, None] + depth).reshape(b * t)
+    q, k = rope_ref(q, positions, inv_freq), rope_ref(k, positions, inv_freq)
+    slots = lengths[:, None] + torch.arange(t, device=qkv.device)  # [B, T]
+    index = slots[:, None, :, None].expand(b, num_kv_heads, t, d)
+    cache_k.scatter_(2, index, k.view(b, t, num_kv_heads, d).transpose(1, 2).to(cache_k.dtype))
+    cache_v.scatter_(2, index, v.transpose(1, 2).to(cache_v.dtype))
+    return q.reshape(b * t, num_heads * d)
+
+
+def tree_attention_ref(
+    q: torch.Tensor,  # [B T, H D] roped queries
+    cache_k: torch.Tensor,  # [B, Hkv, S, D] with the tree's K/V at slots lengths + j
+    cache_v: torch.Tensor,
+    lengths: torch.Tensor,  # [B]
+    anc: torch.Tensor,  # [B, T, T] bool ancestor-or-self
+    num_heads: int,
+    num_kv_heads: int,
+) -> torch.Tensor:
+    """Node i attends to slots < lengths and to slots lengths + j of its ancestors-or-self j; o [B T, H D]."""
+    b, t, _ = anc.shape
+    s, d = cache_k.shape[2], cache_k.shape[3]
+    slots = lengths[:, None] + torch.arange(t, device=q.device)  # [B, T]
+    committed = torch.arange(s, device=q.device)[None, None, :] < lengths[:, None, None]  # [B, 1, S]
+    tree = torch.zeros(b, t, s, dtype=torch.bool, device=q.device)
+    tree.scatter_(2, slots[:, None, :].expand(b, t, t), anc)
+    mask = (committed | tree)[:, None]  # [B, 1, T, S]
+    out = F.scaled_dot_product_attention(
+        q.view(b, t, num_heads, d).transpose(1, 2), cache_k, cache_v, attn_mask=mask,
+        enable_gqa=num_heads != num_kv_heads,
+    )
+    return out.transpose(1, 2).reshape(b * t, num_heads * d)

@@ -6,7 +6,9 @@
 A batch-1 decode step is launch-bound (the weights of a 135M model stream in ~60 us, the ~450 kernels
 of the unfused step take ~1.2 ms), so fewer kernels is the whole point. Each kernel recomputes the
 RMSNorm of its input row (K <= a few thousand values, read from L2) rather than launching a norm kernel.
-Torch references with the same rounding points: `weaver.ops.decode`.
+Torch references with the same rounding points: `weaver.ops.decode`. The tree verify
+(`weaver.ops.triton.verify`) runs `fused_gemv` over B T rows: from ROW_TILE_MIN_M rows (or when asked)
+a program takes BLOCK_M rows and reads its weight tile once for all of them.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device
+from weaver.ops.triton._utils import check_device, interpreting
 
 
 def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
@@ -31,6 +33,19 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[in
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
     block_k = min(1024 // block_n, triton.next_power_of_2(k))
     return block_n, block_k, 1
+
+
+ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
+
+
+def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int, int]:
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps) of the row-tiled GEMV: all rows of a tree in few M tiles."""
+    block_m = min(64, max(16, triton.next_power_of_2(rows)))
+    block_k = min(128, max(16, triton.next_power_of_2(k)))
+    if device.type != "cuda":  # the interpreter: few, large programs
+        return block_m, 64, block_k, 1
+    block_n = 32 if n_out * triton.cdiv(rows, block_m) <= 8192 else 64
+    return block_m, block_n, min(block_k, 64), 4
 
 
 @triton.jit
@@ -106,9 +121,15 @@ def fused_gemv(
     swiglu: bool = False,
     out_dtype: torch.dtype | None = None,
     config: tuple[int, int, int] | None = None,  # (BLOCK_N, BLOCK_K, num_warps); default: gemv_config
+    norm_out: torch.Tensor | None = None,  # [M, K]: receives RMSNorm(x) (needs norm_weight)
+    row_tiles: bool | None = None,  # BLOCK_M rows per program; None: from ROW_TILE_MIN_M rows or with norm_out
 ) -> torch.Tensor:
-    """[RMSNorm ->] x @ W^T [-> silu(gate) * up] [-> + residual]: one launch (see fused_gemv_ref)."""
-    check_device(x, weight, norm_weight, residual)
+    """[RMSNorm ->] x @ W^T [-> silu(gate) * up] [-> + residual]: one launch (see fused_gemv_ref).
+
+    Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
+    from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
+    """
+    check_device(x, weight, norm_weight, residual, norm_out)
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"fused_gemv needs x [M, K] and weight [N, K], got {tuple(x.shape)} and {tuple(weight.shape)}")
     if weight.stride(1) != 1 or x.stride(1) != 1:
@@ -121,6 +142,14 @@ def fused_gemv(
     out = torch.empty(m, n_out, device=x.device, dtype=out_dtype or x.dtype)
     if residual is not None and (residual.shape != (m, n_out) or residual.stride(1) != 1):
         raise ValueError(f"residual must be [{m}, {n_out}] with unit stride, got {tuple(residual.shape)}")
+    if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
+        raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
+    if row_tiles is None:
+        row_tiles = norm_out is not None or (config is None and m >= ROW_TILE_MIN_M)
+    if row_tiles:
+        return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out)
+    if norm_out is not None:
+        raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
     block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device)
     grid = (triton.cdiv(n_out, block_n), m)
     _gemv_kernel[grid](
@@ -129,6 +158,94 @@ def fused_gemv(
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+    )
+    return out
+
+
+@triton.jit
+def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """a [M, K] (fp32 holding DTYPE values) @ w [K, N] with an fp32 result, every product exact.
+
+    16-bit operands go to the tensor cores as they are; fp32 (and the interpreter, which would multiply
+    bf16 bit patterns) take exact fp32 FMAs."""
+    if INTERPRET or DTYPE == tl.float32 or DTYPE != W_DTYPE:
+        return tl.dot(a, w.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(DTYPE), w)
+
+
+@triton.jit
+def _gemm_rows_kernel(
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
+    M, K, N_OUT, HALF, eps,
+    stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
+    NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
+    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    i_n = tl.program_id(0)
+    i_m = tl.program_id(1)
+    dtype = x_ptr.dtype.element_ty
+    w_dtype = w_ptr.dtype.element_ty
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    o_k0 = tl.arange(0, BLOCK_K)
+    mask_m = o_m < M
+    mask_n = o_n < N_OUT
+    p_x = x_ptr + o_m[:, None] * stride_xm
+    rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
+        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            o_k = k0 + o_k0
+            b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
+            sq += b_x * b_x
+        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        o_k = k0 + o_k0
+        mask_k = o_k < K
+        mask_x = mask_m[:, None] & mask_k[None, :]
+        b_x = tl.load(p_x + o_k[None, :], mask=mask_x, other=0.0).to(tl.float32)
+        if NORM:
+            b_nw = tl.load(norm_ptr + o_k, mask=mask_k, other=0.0).to(tl.float32)
+            b_x = _round(_round(b_x * rstd[:, None], dtype) * b_nw[None, :], dtype)
+            if NORM_OUT:
+                if i_n == 0:  # the first column of programs hands the normalised rows out
+                    p_no = nout_ptr + o_m[:, None] * stride_nm + o_k[None, :]
+                    tl.store(p_no, b_x.to(nout_ptr.dtype.element_ty), mask=mask_x)
+        p_w = w_ptr + o_n[None, :] * stride_wn + o_k[:, None]  # [BLOCK_K, BLOCK_N]: W^T tile
+        mask_w = mask_k[:, None] & mask_n[None, :]
+        acc += _dot_rows(b_x, tl.load(p_w, mask=mask_w, other=0.0), dtype, w_dtype, INTERPRET)
+        if SWIGLU:
+            b_up = tl.load(p_w + HALF * stride_wn, mask=mask_w, other=0.0)
+            acc_up += _dot_rows(b_x, b_up, dtype, w_dtype, INTERPRET)
+    y = acc
+    if SWIGLU:
+        gate = _round(acc, dtype)
+        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
+    mask_o = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
+        y = _round(y, dtype) + r
+    out_dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
+
+
+def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out) -> torch.Tensor:
+    """Launch the row-tiled kernel for fused_gemv (arguments already checked there)."""
+    m, k = x.shape
+    n_out = out.shape[1]
+    block_m, block_n, block_k, warps = gemm_rows_config(n_out, k, m, x.device)
+    grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
+    _gemm_rows_kernel[grid](
+        x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
+        norm_out if norm_out is not None else out,
+        m, k, n_out, n_out, eps,
+        x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
+        norm_out.stride(0) if norm_out is not None else 0,
+        NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
+        INTERPRET=interpreting(), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
     )
     return out
 

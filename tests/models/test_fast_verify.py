@@ -1,0 +1,102 @@
+"""The fused Triton tree verify (models.fast_verify) against Decoder.forward, run under Triton's interpreter.
+
+Two caches start equal (rows of different committed lengths, stale K/V past them); the reference verifies
+on one, FastVerifier on the other. Logits, final-norm hidden, captured layers and every K/V slot must
+agree, neither may move `cache.lengths`, and after committing the same random path in both, one more
+decode step must give the same logits.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():  # before triton loads: the kernels run in its interpreter on CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import weaver  # noqa: E402
+from weaver.models.fast_verify import FastVerifier  # noqa: E402
+from weaver.ops.tree import node_depth  # noqa: E402
+from weaver.testing import assert_close, random_root_paths  # noqa: E402
+
+TREES = {
+    # row 0: a branching tree with a pad node at the end; row 1: a chain, a pad node in the middle
+    "tree": [[-1, 0, 0, 1, 2, 1, 5, -1], [-1, 0, 1, -1, 2, 4, 5, 6]],
+    "star": [[-1, 0, 0, 0, 0], [-1, 0, 0, -1, 0]],
+    "root": [[-1], [-1]],  # plain decode through the tree path
+    "deep": [  # 14 nodes, two pad nodes per row
+        [-1, 0, 0, 1, -1, 3, 2, 6, 0, 8, 5, -1, 7, 1],
+        [-1, 0, 1, 2, 3, 0, 5, -1, 4, 1, 9, 6, 10, -1],
+    ],
+}
+_MODELS: dict[str, torch.nn.Module] = {}
+
+
+def _model(preset: str):
+    """A tiny random model whose RMSNorm weights (layer, qk and final norms) are random too, not ones."""
+    if preset not in _MODELS:
+        model = weaver.LLM.from_config(preset, seed=5, device="cpu", dtype="fp32").model
+        gen = torch.Generator().manual_seed(6)
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.data.mul_(1 + 0.3 * torch.randn(param.shape, generator=gen))
+        _MODELS[preset] = model
+    return _MODELS[preset]
+
+
+@pytest.mark.parametrize("tree", sorted(TREES))
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
+@torch.no_grad()
+def test_fast_verify_matches_forward_then_commit_continues(preset, tree):
+    model = _model(preset)
+    gen = torch.Generator().manual_seed(len(tree) + len(preset))
+    vocab = model.config.vocab_size
+    parents = torch.tensor(TREES[tree])
+    depth = node_depth(parents)
+    ref_cache, fast_cache = model.allocate_cache(2, 32), model.allocate_cache(2, 32)
+    prompt = torch.randint(0, vocab, (2, 9), generator=gen)
+    model(prompt, ref_cache)
+    model(prompt, fast_cache)
+    for c in (ref_cache, fast_cache):  # row 1 keeps 5 committed tokens: slots 5..8 hold stale K/V
+        c.lengths[1] = 5
+    lengths = ref_cache.lengths.clone()
+    tokens = torch.randint(0, vocab, parents.shape, generator=gen)
+
+    want = model(tokens, ref_cache, parents=parents, depth=depth, capture_layers=(0, 2))
+    got = FastVerifier(model)(tokens, fast_cache, parents, depth, capture_layers=(0, 2))
+    assert got.logits.dtype == torch.float32
+    assert_close("logits", want.logits, got.logits, 1e-5)
+    assert_close("hidden", want.hidden, got.hidden, 1e-5)
+    assert_close("captured", want.captured, got.captured, 1e-5)
+    assert torch.equal(ref_cache.lengths, lengths) and torch.equal(fast_cache.lengths, lengths)
+    for i, (a, b) in enumerate(zip(ref_cache.layers, fast_cache.layers)):  # tree slots written, nothing else
+        assert_close(f"layer {i} k", a.k, b.k, 1e-5)
+        assert_close(f"layer {i} v", a.v, b.v, 1e-5)
+
+    path = random_root_paths(parents, gen)
+    accepted = (path >= 0).sum(1)
+    model.commit(ref_cache, path, accepted)
+    model.commit(fast_cache, path, accepted)
+    nxt = torch.randint(0, vocab, (2, 1), generator=gen)
+    assert_close("decode after commit", model(nxt, ref_cache).logits, model(nxt, fast_cache).logits, 1e-5)
+    assert torch.equal(ref_cache.lengths, fast_cache.lengths)
+
+
+@torch.no_grad()
+def test_fast_verify_without_capture_and_default_depth():
+    model = _model("tiny-llama")
+    parents = torch.tensor([[-1, 0, 1, 0]])
+    tokens = torch.tensor([[3, 4, 5, 6]])
+    ref_cache, fast_cache = model.allocate_cache(1, 16), model.allocate_cache(1, 16)
+    want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
+    got = FastVerifier(model)(tokens, fast_cache, parents)
+    assert got.captured is None and want.captured is None
+    assert_close("logits", want.logits, got.logits, 1e-5)
+
+
+def test_fast_verify_refuses_unsupported_models():
+    llm = weaver.LLM.from_config("tiny-qwen3_5", seed=0, device="cpu", dtype="fp32")
+    with pytest.raises(ValueError, match="GDN layers"):
+        FastVerifier(llm.model)

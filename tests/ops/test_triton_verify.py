@@ -1,0 +1,220 @@
+"""Tree-verify kernels (weaver.ops.triton.verify) and the row-tiled fused_gemv vs their torch references.
+
+CPU: interpreted at small sizes on random trees (pad nodes included). GPU (`WEAVER_TRITON_FULL=1`):
+compiled, at SmolLM2 / Qwen3 shapes. Tree attention is also checked by the branch property: node i's
+output equals plain attention over the committed prefix followed by the path root..i.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+
+from weaver.ops import triton as wt
+from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_attention_ref, tree_rope_kv_write_ref
+from weaver.ops.tree import ancestor_mask, node_depth
+from weaver.testing import assert_close, root_path
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+HEADS = [(9, 3), (4, 4), (8, 2), (4, 1)]
+
+
+@st.composite
+def trees(draw, max_b: int = 2, max_t: int = 20) -> list[list[int]]:
+    """B rows of T nodes: a random topological tree per row (chain, star or random), pad nodes mixed in."""
+    b = draw(st.integers(1, max_b))
+    t = draw(st.integers(1, max_t))
+    rows = []
+    for _ in range(b):
+        kind = draw(st.sampled_from(["chain", "star", "random"]))
+        row = [-1]
+        for i in range(1, t):
+            if draw(st.integers(0, 9)) == 0:
+                row.append(-1)  # isolated pad node
+            else:
+                row.append(i - 1 if kind == "chain" else 0 if kind == "star" else draw(st.integers(0, i - 1)))
+        rows.append(row)
+    return rows
+
+
+def _inputs(gen, parents, heads, d, prefix, dtype, extra_slots=3):
+    """Random lengths [B] <= prefix, caches with room for the tree plus stale slots, inv_freq, qk norms."""
+    b, t = parents.shape
+    h, hkv = heads
+    s = prefix + t + extra_slots
+    lengths = torch.randint(0, prefix + 1, (b,), generator=gen)
+    ck = torch.randn(b, hkv, s, d, generator=gen).to(dtype)
+    cv = torch.randn(b, hkv, s, d, generator=gen).to(dtype)
+    return lengths, ck, cv
+
+
+def _inv_freq(d: int, rot_frac: float) -> torch.Tensor:
+    rot = max(2, int(d * rot_frac) // 2 * 2)
+    return 1.0 / (10000 ** (torch.arange(0, rot, 2).float() / rot))
+
+
+@settings(max_examples=6 if FULL else 30, deadline=None)
+@given(
+    m=st.sampled_from([1, 7, 64, 130]) if FULL else st.integers(1, 40),
+    k=st.sampled_from([576, 1536]) if FULL else st.integers(1, 150),
+    n=st.sampled_from([960, 3072, 49152]) if FULL else st.integers(1, 80).map(lambda v: 2 * v),
+    norm=st.booleans(),
+    swiglu=st.booleans(),
+    residual=st.booleans(),
+    fp32_out=st.booleans(),
+    norm_out=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, norm_out, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
+    nw = (1 + 0.3 * torch.randn(k, generator=gen)).to(dtype).to(DEVICE) if norm or norm_out else None
+    n_out = n // 2 if swiglu else n
+    res = torch.randn(m, n_out, generator=gen).to(dtype).to(DEVICE) if residual else None
+    out_dtype = torch.float32 if fp32_out else None
+    normed = torch.full_like(x, float("nan")) if norm_out else None
+    kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
+    got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True)
+
+    def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
+        return t.double() if t is not None and dtype == torch.float32 else t
+
+    want = fused_gemv_ref(exact(x), exact(w), **{**kw, "norm_weight": exact(nw), "residual": exact(res)})
+    assert got.shape == (m, n_out) and got.dtype == (out_dtype or dtype)
+    assert_close("fused_gemv rows", want, got, TOL[dtype])
+    if norm_out:
+        assert_close("norm_out", rms_norm_ref(exact(x), exact(nw), 1e-5), normed, TOL[dtype])
+    if m >= 16 and not norm_out:  # the default dispatch takes the row tiles from 16 rows on
+        assert torch.equal(wt.fused_gemv(x, w, **kw), got)
+
+
+def test_fused_gemv_rejects_bad_norm_out():
+    x = torch.zeros(2, 8, device=DEVICE)
+    w = torch.zeros(4, 8, device=DEVICE)
+    with pytest.raises(ValueError, match="norm_out needs norm_weight"):
+        wt.fused_gemv(x, w, norm_out=torch.empty_like(x))
+    with pytest.raises(ValueError, match="row-tiled"):
+        wt.fused_gemv(x, w, norm_weight=torch.ones(8, device=DEVICE), norm_out=torch.empty_like(x), row_tiles=False)
+
+
+@settings(max_examples=5 if FULL else 25, deadline=None)
+@given(
+    rows=trees(max_b=2, max_t=64 if FULL else 20),
+    heads=st.sampled_from(HEADS),
+    d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
+    rot_frac=st.sampled_from([1.0, 0.25]),
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 40),
+    qk_norm=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_tree_rope_kv_write_matches_reference(rows, heads, d, rot_frac, prefix, qk_norm, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.tensor(rows)
+    b, t = parents.shape
+    h, hkv = heads
+    depth = node_depth(parents)
+    lengths, ck, cv = _inputs(gen, parents, heads, d, prefix, dtype)
+    qkv = torch.randn(b * t, (h + 2 * hkv) * d, generator=gen).to(dtype)
+    inv_freq = _inv_freq(d, rot_frac)
+    qn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
+    kn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
+    ck2, cv2 = ck.clone(), cv.clone()
+    args = [lengths, depth, inv_freq, h, hkv, qn, kn]
+    dev = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    ck_dev, cv_dev = ck.to(DEVICE), cv.to(DEVICE)
+    got = wt.tree_rope_kv_write(qkv.to(DEVICE), ck_dev, cv_dev, *dev, eps=1e-6)
+    want = tree_rope_kv_write_ref(qkv, ck2, cv2, *args, eps=1e-6)
+    assert_close("q", want, got, TOL[dtype])
+    assert_close("cache_k", ck2, ck_dev, TOL[dtype])  # the tree's slots written, every other slot untouched
+    assert torch.equal(cv_dev.cpu(), cv2)
+
+
+def test_tree_rope_kv_write_drops_slots_past_capacity():
+    gen = torch.Generator().manual_seed(0)
+    parents = torch.tensor([[-1, 0, 1, 1, 0]])
+    depth = node_depth(parents)
+    lengths = torch.tensor([3])
+    qkv = torch.randn(5, 3 * 8, generator=gen)
+    inv_freq = _inv_freq(8, 1.0)
+    big = [torch.zeros(1, 1, 8, 8) for _ in range(2)]
+    tree_rope_kv_write_ref(qkv, *big, lengths, depth, inv_freq, 1, 1)
+    small = [torch.zeros(1, 1, 6, 8, device=DEVICE) for _ in range(2)]  # slots 6, 7 do not exist
+    wt.tree_rope_kv_write(qkv.to(DEVICE), *small, lengths.to(DEVICE), depth.to(DEVICE), inv_freq.to(DEVICE), 1, 1)
+    assert_close("cache_k", big[0][:, :, :6], small[0], 1e-5)
+    assert torch.equal(big[1][:, :, :6], small[1].cpu())
+
+
+def _attention_inputs(rows, heads, d, prefix, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.tensor(rows)
+    b, t = parents.shape
+    h, _ = heads
+    lengths, ck, cv = _inputs(gen, parents, heads, d, prefix, dtype)
+    q = torch.randn(b * t, h * d, generator=gen).to(dtype)
+    return parents, lengths, ck, cv, q
+
+
+@settings(max_examples=5 if FULL else 25, deadline=None)
+@given(
+    rows=trees(max_b=2, max_t=64 if FULL else 20),
+    heads=st.sampled_from(HEADS),
+    d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_tree_attention_matches_reference(rows, heads, d, prefix, dtype, seed):
+    parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, dtype, seed)
+    anc = ancestor_mask(parents)
+    h, hkv = heads
+    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE), anc.to(DEVICE), h, hkv)
+    want = tree_attention_ref(q, ck, cv, lengths, anc, h, hkv)
+    assert_close("tree_attention", want, got, TOL[dtype])
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    rows=trees(max_b=2, max_t=12),
+    heads=st.sampled_from(HEADS),
+    prefix=st.integers(0, 30),
+    seed=st.integers(0, 10_000),
+)
+def test_tree_attention_equals_attention_over_each_root_path(rows, heads, prefix, seed):
+    d = 16
+    parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, torch.float32, seed)
+    b, t = parents.shape
+    h, hkv = heads
+    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE),
+                            ancestor_mask(parents).to(DEVICE), h, hkv).cpu()
+    q = q.double().view(b, t, h, d)
+    for r in range(b):
+        length = int(lengths[r])
+        for i in range(t):
+            slots = list(range(length)) + [length + j for j in root_path(rows[r], i)]
+            keys = ck[r, :, slots].double().repeat_interleave(h // hkv, dim=0)  # [H, n, D]
+            values = cv[r, :, slots].double().repeat_interleave(h // hkv, dim=0)
+            weights = torch.softmax((keys @ q[r, i, :, :, None])[..., 0] / math.sqrt(d), dim=-1)
+            want = (weights[:, None, :] @ values)[:, 0].reshape(h * d)
+            assert_close(f"row {r} node {i}", want, got[r * t + i], 1e-5)
+
+
+def test_tree_kernels_reject_bad_shapes():
+    ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
+    lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)
+    with pytest.raises(ValueError, match="q must be"):
+        wt.tree_attention(torch.zeros(2, 16, device=DEVICE), ck, ck, lengths, anc, 4, 2)
+    with pytest.raises(ValueError, match="anc must be"):
+        wt.tree_attention(torch.zeros(3, 16, device=DEVICE), ck, ck, lengths, anc[:, :2], 4, 2)
+    depth = torch.zeros(1, 3, dtype=torch.long, device=DEVICE)
+    inv_freq = torch.ones(2, device=DEVICE)
+    with pytest.raises(ValueError, match="qkv must be"):
+        wt.tree_rope_kv_write(torch.zeros(3, 16, device=DEVICE), ck, ck, lengths, depth, inv_freq, 4, 2)
