@@ -7,8 +7,11 @@ set -e
 source scripts/gpu/setup.sh
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
-python3 scripts/gpu/rounds_check.py 2>&1 | filter | tee "$OUT/rounds_check.txt"
-python3 -m weaver.cli bench rounds --model smollm2 --device cuda --dtype bf16 --drafter random:3 --adapter random:512 \
-  --methods ar chain weaver --budgets 16 64 --new-tokens 64 --out "$OUT/rounds_h200.json" 2>&1 | filter \
-  | tee "$OUT/rounds_h200.txt"
-cp "$OUT/rounds_h200.md" "$OUT/rounds_h200_table.md" 2>/dev/null || true
+(WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py; python3 scripts/gpu/rounds_check.py --quick) 2>&1 | filter \
+  | tee "$OUT/rounds_check.txt"
+for spec in "ar chain:16" "weaver:64"; do
+  methods=$(echo $spec | sed 's/:[0-9]*//g'); budget=$(echo $spec | grep -o '[0-9]*$')
+  name=rounds_h200_$(echo $spec | tr ' :' '__')
+  python3 -m weaver.cli bench rounds --model smollm2 --device cuda --dtype bf16 --drafter random:3 --adapter random:512 \
+    --methods $methods --budgets $budget --new-tokens 64 --out "$OUT/$name.json" 2>&1 | filter | tee "$OUT/$name.txt"
+done

@@ -1,6 +1,7 @@
 """H200: greedy speculative output through the captured round graphs equals `method="ar"` (fp32, tiny models).
 
-    python3 scripts/gpu/rounds_check.py
+    WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py    # eager stages, every preset / prompt / budget
+    python3 scripts/gpu/rounds_check.py --quick              # compiled draft + build stages, one config each
 Prints one line per (preset, method, budget) and exits 1 on any mismatch.
 """
 
@@ -11,21 +12,23 @@ import sys
 import weaver
 
 
-def main() -> int:
+def main(quick: bool) -> int:
+    """quick: one preset, prompt and budget per method (for the compiled stages, which compile per config)."""
     bad = 0
-    for preset in ("tiny-llama", "tiny-qwen3"):
+    for preset in ("tiny-llama",) if quick else ("tiny-llama", "tiny-qwen3"):
         llm = weaver.LLM.from_config(preset, seed=3, device="cuda", dtype="fp32", drafter="random:3", adapter="random")
-        for prompt in ([5, 6, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5]):
+        for prompt in ([5, 6, 7, 8, 9, 10, 11],) if quick else ([5, 6, 7, 8, 9, 10, 11], [3, 1, 4, 1, 5]):
             want = llm.generate(prompt, max_new_tokens=48, ignore_eos=True).token_ids
             for method in ("chain", "ddtree", "weaver"):
-                for budget in (8, 64):
+                for budget in (64,) if quick else (8, 64):
                     out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=48, ignore_eos=True)
                     same = out.token_ids == want
                     bad += not same
                     print(f"{preset} {method:6s} budget {budget:2d}: equal to ar {same} (tau {out.stats.tau:.2f}, "
-                          f"graphs {llm._spec.last_round_graphed})", flush=True)
+                          f"graphs {llm._spec.last_round_graphed}, compiled stages "
+                          f"{[g.compiled for g in llm._spec._graphs.values() if g][-1:]})", flush=True)
     return 1 if bad else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(quick="--quick" in sys.argv))

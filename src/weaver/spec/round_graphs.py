@@ -8,6 +8,7 @@ per round (~10 us) and give per-stage device times from CUDA events with no host
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -18,8 +19,11 @@ STAGES = ("draft", "build", "verify", "accept", "commit")
 class RoundGraphs:
     """Captures `spec`'s five round stages over `state` (which they mutate: reset it afterwards)."""
 
-    def __init__(self, spec, state, cfg) -> None:  # spec: SpeculativeDecoder, state: SpecState, cfg: SpecConfig
+    def __init__(self, spec, state, cfg, compile_stages: tuple[str, ...] = ()) -> None:
+        """spec: SpeculativeDecoder, state: SpecState, cfg: SpecConfig; `compile_stages` go through
+        torch.compile first (fewer, fused kernels), each falling back to eager if compilation fails."""
         self.state = state
+        self.compiled: list[str] = []
         out: dict[str, object] = {}
         fns: dict[str, Callable[[], object]] = {
             "draft": lambda: spec.stage_draft(state),
@@ -35,7 +39,7 @@ class RoundGraphs:
         for name in STAGES:
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
-                fns[name]()
+                fns[name] = self._warm_up(name, fns[name], name in compile_stages)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
@@ -44,6 +48,21 @@ class RoundGraphs:
             self.graphs.append(graph)
         self.out = out
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(len(STAGES) + 1)]
+
+    def _warm_up(self, name: str, fn: Callable[[], object], compile: bool) -> Callable[[], object]:
+        """Run `fn` twice (compiled when asked and possible); returns the callable to capture."""
+        if compile:
+            compiled = torch.compile(fn, dynamic=False)
+            try:
+                compiled()
+                compiled()
+                self.compiled.append(name)
+                return compiled
+            except Exception as err:  # noqa: BLE001 - any compiler failure: capture the eager stage
+                warnings.warn(f"stage {name!r} not compiled: {type(err).__name__}: {err}", stacklevel=3)
+        fn()
+        fn()
+        return fn
 
     def replay(self, timing: bool = False):
         """Run one round; returns (AcceptResult, emitted tokens [B, P]) in the graphs' static buffers."""

@@ -8,6 +8,7 @@ Every method (chain, ddtree, weaver) runs this same round; only the builder diff
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -50,6 +51,9 @@ class SpeculativeDecoder:
         self.feature_layers = tuple(drafter.config.target_layer_ids)
         self._sync = timer or (lambda: None)
         self._graphs: dict[tuple, object] = {}  # captured rounds (spec.round_graphs), per config and cache
+        self.fast_verify = _fast_verifier(target)  # fused Triton tree verify on CUDA, when the model allows
+        # stages torch.compile'd before capture (WEAVER_COMPILE=0: none)
+        self.compile_stages = ("draft", "build") if os.environ.get("WEAVER_COMPILE", "1") != "0" else ()
         if adapter is not None:
             adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
 
@@ -110,7 +114,8 @@ class SpeculativeDecoder:
 
     def stage_verify(self, state: SpecState, tree: DraftTree):
         """3) verify: one target pass over every node (committed state read-only)."""
-        return self.target(
+        verify = self.fast_verify or self.target
+        return verify(
             tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers
         )
 
@@ -189,13 +194,26 @@ class SpeculativeDecoder:
         if key not in self._graphs:
             state = self.start(cache, prompt_ids, cfg.params, generator)
             try:
-                self._graphs[key] = RoundGraphs(self, state, cfg)
+                self._graphs[key] = RoundGraphs(self, state, cfg, compile_stages=self.compile_stages)
             except RuntimeError as err:  # an op that cannot be captured: run this config eagerly
                 warnings.warn(f"speculative round not captured ({cfg.method}, budget {cfg.budget}): {err}",
                               stacklevel=2)
                 self._graphs[key] = None
         cache.reset()
         return self._graphs[key]
+
+def _fast_verifier(target: Decoder):
+    """FastVerifier on CUDA for attention-only models (WEAVER_FAST_DECODE=0 disables it), else None."""
+    from weaver.models.fast_decode import unsupported_reason
+
+    if target.device.type != "cuda" or os.environ.get("WEAVER_FAST_DECODE", "1") == "0":
+        return None
+    if unsupported_reason(target) is not None:
+        return None
+    from weaver.models.fast_verify import FastVerifier
+
+    return FastVerifier(target)
+
 
 class _Clock:
     """Stage timer; `sync` waits for the device first when timing is on (CUDA is asynchronous)."""
