@@ -168,14 +168,17 @@ def _attention_inputs(rows, heads, d, prefix, dtype, seed):
     heads=st.sampled_from(HEADS),
     d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
     prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
+    blocks=st.sampled_from([(None, None), (16, 16), (16, 32)]),  # (rows, slots) per program / step
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 10_000),
 )
-def test_tree_attention_matches_reference(rows, heads, d, prefix, dtype, seed):
+def test_tree_attention_matches_reference(rows, heads, d, prefix, blocks, dtype, seed):
     parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, dtype, seed)
     anc = ancestor_mask(parents)
     h, hkv = heads
-    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE), anc.to(DEVICE), h, hkv)
+    block_r, block_s = blocks
+    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE), anc.to(DEVICE), h, hkv,
+                            block_r=block_r, block_s=block_s)
     want = tree_attention_ref(q, ck, cv, lengths, anc, h, hkv)
     assert_close("tree_attention", want, got, TOL[dtype])
 

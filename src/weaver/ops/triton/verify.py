@@ -129,55 +129,78 @@ def tree_rope_kv_write(
 
 
 @triton.jit
+def _dot_lp(a, b, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """a @ b, fp32 result: 16-bit operands on the tensor cores, fp32 (and the interpreter) as exact FMAs."""
+    if INTERPRET or DTYPE == tl.float32:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        return tl.dot(a.to(DTYPE), b.to(DTYPE))
+
+
+@triton.jit
+def _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
+    """One online-softmax update of rows [R] with scores [R, S] (-inf where hidden) and values [S, D].
+
+    A row that has seen nothing visible yet keeps m = -inf; the shift by 0 then keeps exp() finite.
+    The probabilities meet V rounded to the model dtype, as in flash attention."""
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    p = tl.exp(scores - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    acc = acc * alpha[:, None] + _dot_lp(_round(p, DTYPE), b_v, DTYPE, INTERPRET)
+    return m_new, l_i * alpha + tl.sum(p, axis=1), acc
+
+
+@triton.jit
 def _tree_attention_kernel(
     q_ptr, k_ptr, v_ptr, len_ptr, anc_ptr, out_ptr,
     T, scale,
     stride_q, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
-    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr,
-    BLOCK_G: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    i_row = tl.program_id(0)  # b * T + i: the query node
-    i_kvh = tl.program_id(1)  # one kv head and the GROUP query heads that share it: K/V read once
+    i_r = tl.program_id(0)  # a block of (node, query head) rows ...
+    i_bh = tl.program_id(1)  # ... of one batch row and kv head: K/V tiles are read once for all of them
     GROUP: tl.constexpr = H // HKV
-    i_b = i_row // T
-    i_i = i_row % T
+    i_b = i_bh // HKV
+    i_kvh = i_bh % HKV
     dtype = q_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    o_g = tl.arange(0, BLOCK_G)
+    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_i = o_r // GROUP  # query node
+    o_h = i_kvh * GROUP + o_r % GROUP  # query head
+    mask_r = o_i < T
     o_d = tl.arange(0, BLOCK_D)
     mask_d = o_d < D
-    mask_q = (o_g < GROUP)[:, None] & mask_d[None, :]
-    p_q = q_ptr + i_row * stride_q + (i_kvh * GROUP + o_g[:, None]) * D + o_d[None, :]
-    b_q = tl.load(p_q, mask=mask_q, other=0.0).to(tl.float32)  # [BLOCK_G, BLOCK_D]
+    mask_q = mask_r[:, None] & mask_d[None, :]
+    p_q = q_ptr + (i_b * T + o_i)[:, None] * stride_q + o_h[:, None] * D + o_d[None, :]
+    b_q = tl.load(p_q, mask=mask_q, other=0.0)  # [BLOCK_R, BLOCK_D]
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
-    p_anc = anc_ptr + i_b * stride_ab + i_i * stride_ai
-    # the node itself first (always visible, so the running max is finite from the start) ...
-    b_k = tl.load(p_k + (length + i_i) * stride_cs + o_d, mask=mask_d, other=0.0).to(tl.float32)
-    m_i = tl.sum(b_q * b_k[None, :], axis=1) * scale  # [BLOCK_G]
-    l_i = m_i * 0.0 + 1.0
-    b_v = tl.load(p_v + (length + i_i) * stride_cs + o_d, mask=mask_d, other=0.0).to(tl.float32)
-    acc = b_q * 0.0 + b_v[None, :]  # [BLOCK_G, BLOCK_D]
-    # ... then the committed slots and the other ancestors: one online-softmax pass over slots 0..L+T
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
     o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, length + T, BLOCK_S):
+    for start in range(0, length, BLOCK_S):  # the committed prefix: visible to every row
         o_s = start + o_s0
-        o_j = o_s - length  # the tree node of the slot, when 0 <= o_j < T
-        in_tree = (o_j >= 0) & (o_j < T) & (o_j != i_i)
-        is_anc = tl.load(p_anc + o_j * stride_aj, mask=in_tree, other=0) != 0
-        visible = (o_s < length) | (in_tree & is_anc)
-        mask_kv = visible[:, None] & mask_d[None, :]
-        b_kb = tl.load(p_k + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_kv, other=0.0).to(tl.float32)
-        scores = tl.sum(b_q[:, None, :] * b_kb[None, :, :], axis=2) * scale  # [BLOCK_G, BLOCK_S]
-        scores = tl.where(visible[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        b_vb = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_kv, other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * b_vb[None, :, :], axis=1)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
-    p_o = out_ptr + i_row * stride_o + (i_kvh * GROUP + o_g[:, None]) * D + o_d[None, :]
+        mask_s = o_s < length
+        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
+        scores = _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
+        scores = tl.where(mask_s[None, :], scores, float("-inf"))
+        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    for start in range(0, T, BLOCK_S):  # the tree: slot length + j is visible to ancestors-or-self of j
+        o_j = start + o_s0
+        mask_j = o_j < T
+        p_anc = anc_ptr + i_b * stride_ab + o_i[:, None] * stride_ai + o_j[None, :] * stride_aj
+        visible = tl.load(p_anc, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0  # [BLOCK_R, BLOCK_S]
+        o_s = length + o_j
+        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_j[None, :], other=0.0)
+        scores = tl.where(visible, _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale, float("-inf"))
+        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_j[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    l_i = tl.where(l_i > 0, l_i, 1.0)  # pad rows of the block (every real row sees at least itself)
+    p_o = out_ptr + (i_b * T + o_i)[:, None] * stride_o + o_h[:, None] * D + o_d[None, :]
     tl.store(p_o, _round(acc / l_i[:, None], dtype).to(dtype), mask=mask_q)
 
 
@@ -189,7 +212,8 @@ def tree_attention(
     anc: torch.Tensor,  # [B, T, T] bool: ancestor-or-self mask (weaver.ops.tree.ancestor_mask)
     num_heads: int,
     num_kv_heads: int,
-    block_s: int | None = None,  # slots per step; None: by head shape (see below)
+    block_r: int | None = None,  # (node, head) rows per program; None: 32 on GPU, all rows interpreted
+    block_s: int | None = None,  # slots per step; None: 64 on GPU, 128 interpreted
 ) -> torch.Tensor:
     """Each node attends to the committed prefix and its ancestors-or-self; o [B T, H D]: one launch."""
     check_device(q, cache_k, cache_v, lengths, anc)
@@ -204,14 +228,17 @@ def tree_attention(
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)  # same bytes; triton reads bytes
     out = torch.empty(b * t, num_heads * d, device=q.device, dtype=q.dtype)
-    block_g, block_d = triton.next_power_of_2(num_heads // num_kv_heads), triton.next_power_of_2(d)
-    if block_s is None:  # GPU: bound the [G, S, D] product tile to 8K values (64 registers a thread)
-        block_s = 128 if interpreting() else max(16, min(128, 8192 // (block_g * block_d)))
-    _tree_attention_kernel[(b * t, num_kv_heads)](
+    rows = t * (num_heads // num_kv_heads)
+    interpret = interpreting()
+    if block_r is None:
+        block_r = max(16, min(128, triton.next_power_of_2(rows))) if interpret else 32
+    block_s = block_s or (128 if interpret else 64)
+    _tree_attention_kernel[(triton.cdiv(rows, block_r), b * num_kv_heads)](
         q, cache_k, cache_v, lengths, anc, out,
         t, d**-0.5,
         q.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
-        H=num_heads, HKV=num_kv_heads, D=d, BLOCK_G=block_g, BLOCK_D=block_d, BLOCK_S=block_s, num_warps=4,
+        H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpret,
+        BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s, num_warps=4,
     )
     return out
