@@ -11,9 +11,12 @@ position L_b + depth[b, j] and writes its K/V at slot L_b + j (the committed len
     slots L_b + j, anc[b, i, j]       (its ancestors-or-self: `weaver.ops.tree.ancestor_mask`)
 
 so a pad node (parent -1 past the root) sees the prefix and itself and changes nobody. Attention
-must read K/V that other programs write, hence two launches where the decode step has one. Torch
-references with the same rounding points: `weaver.ops.decode.tree_rope_kv_write_ref` /
-`tree_attention_ref`.
+must read K/V that other programs write, hence two launches where the decode step has one.
+
+`tree_attention` is a flash-attention tile: a program takes BLOCK_R (node, query head) rows that share
+one kv head, so each K/V tile is read once for the whole group and both products run on the tensor
+cores; the probabilities meet V rounded to the model dtype (as in SDPA's fused kernels). Torch
+references: `weaver.ops.decode.tree_rope_kv_write_ref` / `tree_attention_ref`.
 """
 
 from __future__ import annotations
