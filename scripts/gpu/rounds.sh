@@ -5,6 +5,9 @@
 # round on SmolLM2 bf16 with a random 3-layer drafter and a random width-512 Weaver, ar in the same run.
 set -e
 source scripts/gpu/setup.sh
+export WEAVER_FAST_VERIFY=1  # the fused Triton tree verify (opt-in); validate it first:
+(cd tests/ops && WEAVER_TRITON_FULL=1 python3 -m pytest -q -p no:cacheprovider test_triton_verify.py 2>&1 | tail -3) \
+  | tee "$OUT/tests_gpu.txt"
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
 (WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py; python3 scripts/gpu/rounds_check.py --quick) 2>&1 | filter \
