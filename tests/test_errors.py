@@ -104,3 +104,13 @@ def test_cli_reports_without_traceback(tmp_path):
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and proc.stderr.startswith("error:")
+
+
+def test_random_drafter_and_adapter_sizes():
+    kw = dict(seed=0, device="cpu", dtype="fp32")
+    llm = weaver.LLM.from_config("tiny-llama", **kw, drafter="random:2", adapter="random:16")
+    assert len(llm.drafter.layers) == 2
+    assert llm.adapter.config.d_rank == 16
+    for bad in ("random:0", "random:x"):
+        with pytest.raises(weaver.WeaverError, match="random:<positive int>"):
+            weaver.LLM.from_config("tiny-llama", **kw, drafter=bad)

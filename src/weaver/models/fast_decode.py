@@ -31,13 +31,15 @@ def unsupported_reason(model: Decoder) -> str | None:
     return None
 
 
-class FastDecoder:
-    """Callable `(tokens [B, 1], cache) -> logits [B, V] fp32` that also advances `cache.lengths`."""
+class FusedPath:
+    """What the fused decode and verify paths share: the support check, the kernels and model constants."""
+
+    what = "fused path"
 
     def __init__(self, model: Decoder) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
-            raise ValueError(f"fast decode does not support this model: {reason}")
+            raise ValueError(f"{self.what} does not support this model: {reason}")
         from weaver.ops import triton as kernels  # imported here: the models layer must load without triton
 
         self.kernels = kernels
@@ -46,6 +48,12 @@ class FastDecoder:
         self.eps = cfg.rms_norm_eps
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
+
+
+class FastDecoder(FusedPath):
+    """Callable `(tokens [B, 1], cache) -> logits [B, V] fp32` that also advances `cache.lengths`."""
+
+    what = "fast decode"
 
     def __call__(self, tokens: torch.Tensor, cache: ModelCache) -> torch.Tensor:
         k, m = self.kernels, self.model

@@ -15,26 +15,15 @@ from functools import partial
 import torch
 
 from weaver.models.cache import ModelCache
-from weaver.models.decoder import Decoder, ForwardOutput
-from weaver.models.fast_decode import unsupported_reason
+from weaver.models.decoder import ForwardOutput
+from weaver.models.fast_decode import FusedPath
 from weaver.ops.tree import ancestor_mask, node_depth
 
 
-class FastVerifier:
+class FastVerifier(FusedPath):
     """Callable `(tokens [B, T], cache, parents, depth, capture_layers) -> ForwardOutput`, as `Decoder.forward`."""
 
-    def __init__(self, model: Decoder) -> None:
-        reason = unsupported_reason(model)
-        if reason is not None:
-            raise ValueError(f"fast verify does not support this model: {reason}")
-        from weaver.ops import triton as kernels  # imported here: the models layer must load without triton
-
-        self.kernels = kernels
-        self.model = model
-        cfg = model.config
-        self.eps = cfg.rms_norm_eps
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
+    what = "fast verify"
 
     def __call__(
         self,
