@@ -158,12 +158,15 @@ class Engine:
         # queued DECODE_LOOKAHEAD at a time; chunk n+1 is queued before chunk n's tokens are read back,
         # so the device never waits for the caller. The caller may stop early (extra tokens are dropped).
         remaining = max_new_tokens - 1
-        readback = ChunkReadback(DECODE_LOOKAHEAD, self.device)
+        # CPU: no device to keep busy, so one step per chunk and no look-ahead (nothing is wasted past EOS)
+        on_cuda = self.device.type == "cuda"
+        lookahead = DECODE_LOOKAHEAD if on_cuda else 1
+        readback = ChunkReadback(lookahead, self.device)
         t_last = time.perf_counter()
 
         def queue_chunk() -> None:
             nonlocal token, remaining
-            chunk = min(DECODE_LOOKAHEAD, remaining)
+            chunk = min(lookahead, remaining)
             ring = readback.ring()
             for i in range(chunk):
                 token = step(token)
@@ -174,7 +177,7 @@ class Engine:
         if remaining > 0:
             queue_chunk()
         while readback.pending:
-            if remaining > 0:
+            if remaining > 0 and on_cuda:  # chunk n+1 runs on the device while the caller takes chunk n
                 queue_chunk()
             values = readback.collect()
             now = time.perf_counter()
@@ -184,6 +187,8 @@ class Engine:
                 stats.rounds += 1
                 stats.emitted += 1
                 yield [value]
+            if remaining > 0 and not readback.pending:
+                queue_chunk()
 
     @torch.no_grad()
     def generate_speculative(
