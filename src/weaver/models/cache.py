@@ -27,14 +27,6 @@ class AttentionCache:
         self.k.scatter_(2, index, k_new.to(self.k.dtype))
         self.v.scatter_(2, index, v_new.to(self.v.dtype))
 
-    def compact(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
-        """Copy slots src [B, P] to dst [B, P]; gathers first so overlapping ranges are safe."""
-        b, h, _, d = self.k.shape
-        src = src_slots[:, None, :, None].expand(b, h, src_slots.shape[1], d)
-        dst = dst_slots[:, None, :, None].expand(b, h, dst_slots.shape[1], d)
-        self.k.scatter_(2, dst, self.k.gather(2, src))
-        self.v.scatter_(2, dst, self.v.gather(2, src))
-
 
 @dataclass
 class GDNCache:
@@ -57,18 +49,13 @@ class ModelCache:
     lengths: torch.Tensor  # [B] committed tokens per row
     layers: list[AttentionCache | GDNCache]
     capacity: int  # S: slots per row, including room for the largest tree
-    extras: dict[str, torch.Tensor] = field(default_factory=dict)
     # every attention layer's K and V as one [L_attn, B, Hkv, S, D] tensor each (the layers hold views):
     # a commit compacts all layers with one gather + one scatter instead of four ops per layer
-    stacked_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+    stacked_kv: tuple[torch.Tensor, torch.Tensor]
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def compact_attention(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Copy slots src [B, P] to dst [B, P] in every attention layer (gathers first: overlaps are safe)."""
-        if self.stacked_kv is None:
-            for layer in self.layers:
-                if isinstance(layer, AttentionCache):
-                    layer.compact(src_slots, dst_slots)
-            return
         for big in self.stacked_kv:
             n, b, h, _, d = big.shape
             shape = (n, b, h, src_slots.shape[1], d)

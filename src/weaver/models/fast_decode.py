@@ -49,6 +49,13 @@ class FusedPath:
         self.num_heads = cfg.num_attention_heads
         self.num_kv_heads = cfg.num_key_value_heads
 
+    @staticmethod
+    def qk_norms(attn) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The per-head q/k RMSNorm weights (qwen3), or None (llama)."""
+        if attn.q_norm is None:
+            return None, None
+        return attn.q_norm.weight, attn.k_norm.weight
+
 
 class FastDecoder(FusedPath):
     """Callable `(tokens [B, 1], cache) -> logits [B, V] fp32` that also advances `cache.lengths`."""
@@ -61,8 +68,7 @@ class FastDecoder(FusedPath):
         for layer, layer_cache in zip(m.model.layers, cache.layers, strict=True):
             attn, mlp = layer.self_attn, layer.mlp
             qkv = k.fused_gemv(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight, eps=self.eps)
-            q_norm = attn.q_norm.weight if attn.q_norm is not None else None
-            k_norm = attn.k_norm.weight if attn.k_norm is not None else None
+            q_norm, k_norm = self.qk_norms(attn)
             o = k.decode_attention(
                 qkv, layer_cache.k, layer_cache.v, cache.lengths, m.rope_inv_freq,
                 self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,

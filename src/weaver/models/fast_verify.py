@@ -46,8 +46,7 @@ class FastVerifier(FusedPath):
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
             qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
-            q_norm = attn.q_norm.weight if attn.q_norm is not None else None
-            k_norm = attn.k_norm.weight if attn.k_norm is not None else None
+            q_norm, k_norm = self.qk_norms(attn)
             q = k.tree_rope_kv_write(
                 qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, m.rope_inv_freq,
                 self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
