@@ -256,16 +256,20 @@ def method_chunk_chain(s: dict, fla):
 
 
 # ---------------------------------------------------------------------------------------------- timing
-def time_graphs(runs: list, reps: int, warmup: int) -> tuple[float, list[float]]:
-    """Capture one CUDA graph per input set, replay round-robin; median (us) of per-replay event times."""
-    graphs = []
+def time_graphs(runs: list, reps: int, warmup: int, calls_per_graph: int | None = None) -> tuple[float, list[float]]:
+    """Median device time (us) of one call. The calls (one per input set, each its own tree and tensors) are
+    captured back to back into graphs of `calls_per_graph` calls (default: all in one graph, as the layers of
+    a verify pass run); each replay is timed with events and divided by its number of calls."""
+    n = len(runs) if calls_per_graph is None else calls_per_graph
     for run in runs:
         run()  # eager warm-up: compile / autotune outside the capture
     torch.cuda.synchronize()
-    for run in runs:
+    graphs = []
+    for start in range(0, len(runs), n):
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            run()
+            for run in runs[start : start + n]:
+                run()
         graphs.append(g)
     for _ in range(warmup):
         for g in graphs:
@@ -278,7 +282,7 @@ def time_graphs(runs: list, reps: int, warmup: int) -> tuple[float, list[float]]
         graphs[r % len(graphs)].replay()
         ev[r][1].record()
     torch.cuda.synchronize()
-    us = sorted(a.elapsed_time(b) * 1e3 for a, b in ev)
+    us = sorted(a.elapsed_time(b) * 1e3 / n for a, b in ev)
     del graphs
     return us[len(us) // 2], us
 
@@ -327,6 +331,12 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
     return relative_error(ref, out)
 
 
+def norm_err(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| (Frobenius, float64): the norm-wise relative error of METHOD.md."""
+    ref64, out64 = ref.double().cpu(), out.double().cpu()
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
 # ------------------------------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--T", type=int, nargs="+", default=list(DEFAULT_T), help="tree sizes")
@@ -344,9 +354,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="benchmarks/results/kernels", help="directory for JSON + markdown")
 
 
-SWEEP = [  # (BT, BV, num_warps, num_stages, precision)
-    (16, 32, 4, 1, "bf16x3"), (16, 16, 4, 1, "bf16x3"), (32, 32, 4, 1, "bf16x3"), (32, 16, 4, 1, "bf16x3"),
-    (32, 64, 4, 1, "bf16x3"), (32, 32, 4, 2, "bf16x3"), (32, 32, 8, 1, "bf16x3"), (32, 32, 4, 1, "tf32"),
+SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
+    {}, dict(BT=16), dict(BT=64), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(prep_warps=2),
+    dict(prep_warps=8), dict(num_stages=2), dict(precision="tf32"), dict(precision="tf32x3"),
 ]  # fmt: skip
 
 
@@ -357,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
     import triton
 
     from weaver.ops import triton as wt
-    from weaver.ops.triton.gdn_tree import GDNTreeConfig, default_config
+    from weaver.ops.triton.gdn_tree import default_config
 
     try:
         import fla
@@ -383,11 +393,12 @@ def run(args: argparse.Namespace) -> int:
                        floor_us=floor_bytes(T, dtype) / bw * 1e6)  # fmt: skip
             ref = reference(sets[0])
             row["err_bf16_rounding"] = rel_err(ref, ref.to(dtype)) if dtype != torch.float32 else 0.0
+            row["norm_err_bf16_rounding"] = norm_err(ref, ref.to(dtype)) if dtype != torch.float32 else 0.0
             s0 = sets[0]
             try:  # the kernel's arithmetic error, before rounding o to bf16
                 o32, _ = wt.gdn_tree(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"], s0["par"],
                                      initial_state=s0["h0"], out_dtype=torch.float32)  # fmt: skip
-                row["fused_err_fp32_out"] = rel_err(ref, o32)
+                row["fused_err_fp32_out"], row["fused_norm_err_fp32_out"] = rel_err(ref, o32), norm_err(ref, o32)
             except Exception as e:
                 print(f"T={T} {kind} fp32-out: {type(e).__name__}: {e}", flush=True)
             snap = torch.empty(T, SHAPE["HV"], SHAPE["K"], SHAPE["V"], device=DEVICE)
@@ -418,17 +429,22 @@ def run(args: argparse.Namespace) -> int:
                     else:
                         runs = [method_chunk_chain(s, fla_gdn) for s in sets]
                     if extract is not None:
-                        row[f"{m}_err"] = rel_err(ref, extract(runs[0]()))
+                        out = extract(runs[0]())
+                        row[f"{m}_err"], row[f"{m}_norm_err"] = rel_err(ref, out), norm_err(ref, out)
                     row[f"{m}_us"], _ = time_graphs(list(runs), args.reps, args.warmup)
+                    if m == "fused":  # one call per graph replay: what a lone call pays in launch overhead
+                        row["fused_single_us"], _ = time_graphs(list(runs), args.reps, args.warmup, 1)
                 except Exception as e:  # keep the rest of the table
                     row[f"{m}_error"] = f"{type(e).__name__}: {e}"[:300]
                     print(f"T={T} {kind} {m}: {row[f'{m}_error']}", flush=True)
             if args.fp32_check:
                 try:
-                    s32 = make_set(T, kind, 1000 * T, torch.float32, DEVICE)
+                    s32s = [make_set(T, kind, 1000 * T + i, torch.float32, DEVICE) for i in range(4)]
+                    s32 = s32s[0]
                     ref32 = reference(s32)
                     row["fused_fp32_err"] = rel_err(ref32, method_fused(s32)())
-                    row["fused_fp32_us"], _ = time_graphs([method_fused(s32, prebuilt=True)], args.reps // 2, 2)
+                    runs32 = [method_fused(x, prebuilt=True) for x in s32s]
+                    row["fused_fp32_us"], _ = time_graphs(runs32, args.reps // 2, 2)
                     if fla_gdn is not None:
                         pb_run, pb_extract = method_per_branch(s32, fla_gdn)
                         row["per_branch_fp32_err"] = rel_err(ref32, pb_extract(pb_run()))
@@ -438,10 +454,11 @@ def run(args: argparse.Namespace) -> int:
             if args.sweep and kind != "wide" and (args.sweep_T is None or T in args.sweep_T):
                 no_h0 = [dict(s, h0=None) for s in sets[:4]]
                 row["fused_kernel_no_h0_us"], _ = time_graphs([method_fused(s, prebuilt=True) for s in no_h0], 60, 2)
-                for BT, BV, nw, ns, prec in SWEEP:
-                    if BT > max(16, triton.next_power_of_2(T)):
+                base_cfg = default_config(T, SHAPE["V"])
+                for change in SWEEP:
+                    cfg = base_cfg._replace(**change)
+                    if cfg.BT > max(16, triton.next_power_of_2(T)):
                         continue
-                    cfg = GDNTreeConfig(BT=BT, BV=BV, num_warps=nw, num_stages=ns, precision=prec)
                     rec = dict(T=T, kind=kind, **cfg._asdict())
                     try:
                         rec["err"] = rel_err(ref, method_fused(sets[0], cfg)())
@@ -477,33 +494,37 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
         f"# GDN tree verify per layer ({env['gpu']}, {env['dtype']} q/k/v)",
         "",
         f"torch {env['torch']}, triton {env['triton']}, fla {env['fla']}; B=1 H=16 HV=48 K=V=128; times in us, "
-        f"median of {env['reps']} CUDA-graph replays over {env['sets']} rotated input sets (each its own tree); "
+        f"per call: median over {env['reps']} replays of one CUDA graph holding {env['sets']} calls back to back, "
+        f"each on its own input set (own tree and tensors; together larger than the L2), divided by the calls; "
         f"copy bandwidth {env['copy_bw_TBps']:.2f} TB/s; {env['date']}. Command: `{env['command']}`",
         "",
-        "fused = structure build + kernel; kernel = structure prebuilt (shared by all layers of a verify). "
-        "Errors: max|o - ref| / max|ref| vs float64 on the same inputs; `bf16 out` is that of the float64 "
-        "reference rounded to bf16 (the floor of any bf16 output).",
+        "fused = structure build + kernel; kernel = structure prebuilt (shared by all layers of a verify); "
+        "fused 1/graph = fused with one call per graph replay (adds the ~5 us of a lone graph launch). "
+        "Errors: max|o - ref| / max|ref| and ||o - ref|| / ||ref|| vs float64 on the same inputs; `bf16 out` "
+        "is that of the float64 reference rounded to bf16 (the floor of any bf16 output).",
         "",
-        "| T | kind | leaves | depth | fused | kernel | structure | prep | per-branch | varlen | snapshot "
-        "| chunk (chain) | floor | per-branch / fused | best baseline / fused |",
-        "|" + "---:|" * 15,
+        "| T | kind | leaves | depth | fused | fused 1/graph | kernel | structure | prep | per-branch | varlen "
+        "| snapshot | chunk (chain) | floor | per-branch / fused | best baseline / fused |",
+        "|" + "---:|" * 16,
     ]
     for r in rows:
         fu = r.get("fused_us", float("nan"))
         best = min((r[f"{m}_us"] for m in base if f"{m}_us" in r), default=float("nan"))  # chunk: chains only
         lines.append(
             f"| {r['T']} | {r['kind']} | {r['leaves']:.0f} | {r['max_depth']} | {f(fu)} "
-            f"| {f(r.get('fused_kernel_us'))} | {f(r.get('structure_us'))} | {f(r.get('prep_us'))} | "
+            f"| {f(r.get('fused_single_us'))} | {f(r.get('fused_kernel_us'))} | {f(r.get('structure_us'))} "
+            f"| {f(r.get('prep_us'))} | "
             + " | ".join(f(r.get(f"{m}_us")) for m in base)
             + f" | {f(r['floor_us'], '{:.2f}')} | {f(r.get('per_branch_us', float('nan')) / fu, '{:.1f}x')} "
             f"| {f(best / fu, '{:.1f}x')} |"
         )  # fmt: skip
-    lines += ["", "| T | kind | err fused | err per-branch | err varlen | err snapshot | err chunk | bf16 out "
-              "| err fused, fp32 o |", "|" + "---:|" * 9]  # fmt: skip
-    for r in rows:
-        errs = " | ".join(f(r.get(f"{m}_err"), "{:.1e}") for m in ("fused",) + base)
-        lines.append(f"| {r['T']} | {r['kind']} | {errs} | {f(r['err_bf16_rounding'], '{:.1e}')} "
-                     f"| {f(r.get('fused_err_fp32_out'), '{:.1e}')} |")  # fmt: skip
+    for metric, key in (("max|o - ref| / max|ref|", "err"), ("||o - ref|| / ||ref||", "norm_err")):
+        lines += ["", f"Errors, {metric}:", "", "| T | kind | fused | per-branch | varlen | snapshot | chunk "
+                  "| bf16 out | fused, fp32 o |", "|" + "---:|" * 9]  # fmt: skip
+        for r in rows:
+            errs = " | ".join(f(r.get(f"{m}_{key}"), "{:.1e}") for m in ("fused",) + base)
+            lines.append(f"| {r['T']} | {r['kind']} | {errs} | {f(r.get(key + '_bf16_rounding'), '{:.1e}')} "
+                         f"| {f(r.get('fused_' + key + '_fp32_out'), '{:.1e}')} |")  # fmt: skip
     if any("fused_fp32_err" in r for r in rows):
         lines += ["", "fp32 q/k/v (ieee dots):", "", "| T | kind | kernel us | err fused | err per-branch |",
                   "|---:|---|---:|---:|---:|"]  # fmt: skip
@@ -517,13 +538,14 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | stages | precision | us | err |",
-            "|" + "---:|" * 9,
+            "| T | kind | BT | BV | warps | stages | precision | prep warps | us | err |",
+            "|" + "---:|" * 10,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | "
-                f"{r['num_stages']} | {r['precision']} | {f(r.get('us'))} | {f(r.get('err'), '{:.1e}')} |"
+                f"{r['num_stages']} | {r['precision']} | {r['prep_warps']} | {f(r.get('us'))} "
+                f"| {f(r.get('err'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -6,18 +6,20 @@ Math (one value head; G = root-path prefix sum of g, M = ancestor-or-self mask, 
     (I + A) Delta = beta * (V - exp(G) * (K H0))        unit lower triangular (topological order)
     O = scale * [exp(G) * (Q H0) + (M * exp(G_i - G_j) * Q K^T) Delta]
 
-1. `gdn_tree_prep_kernel` does everything that needs no Delta, every tile in parallel (one work item
-   per program): the Gram tiles K_i K_j^T and scale Q_i K_j^T once per key head (shared by its value
-   heads; rows l2-normalised here when asked) and aux.k; per value head and diagonal tile the root-path
-   sums G (masked row sums of the ancestor mask -> aux.G) and X_ii = (I + A_ii)^-1 as the Neumann product
+With row tiles of BT nodes, X_ii = (I + A_ii)^-1 and B_ij = X_ii A_ij (j < i), block forward substitution
+reads ``Delta_i = X_ii rhs_i - sum_{j<i} B_ij Delta_j``. Everything but that short chain is done in
+parallel beforehand:
+
+1. `gdn_tree_prep_kernel`, one program per (row tile i, batch row x value head): the root-path sums G
+   (masked row sums of the ancestor mask -> aux.G), A_ii and X_ii as the Neumann product
    (I - A)(I + A^2)(I + A^4)... whose length is set at run time by the longest ancestor chain inside the
-   tile (a tree of depth d needs ceil(log2(d + 1)) factors, a chain tile of 32 five); per (tile, value
-   head, value block) the state products K_i H0 and Q_i H0.
-2. `gdn_tree_fwd_kernel`, one program per (value block, batch row x value head), walks the row tiles in
-   order (block forward substitution): rhs_i = beta (v - e^G K_i H0) minus A_ij Delta_j for the earlier
-   tiles j, Delta_i = X_ii rhs_i, o_i = e^G Q_i H0 + sum_j P_ij Delta_j. A_ij and P_ij are the prep's Gram
-   tiles times the decay exp(G_i - G_j), masked to ancestors *before* exp (off-mask differences can be
-   positive). Delta_i is stored to aux.delta and read back by later tiles of the same program.
+   tile (a tree of depth d needs ceil(log2(d + 1)) factors, a chain tile of 32 five); for every earlier
+   tile j the decayed, masked B_ij = X_ii A_ij and P_ij = scale exp(G_i - G_j) Q_i K_j^T; and, one value
+   chunk at a time, the state products K_i H0 / Q_i H0, Xr_i = X_ii rhs_i and QH_i = scale e^G Q_i H0.
+2. `gdn_tree_solve_kernel`, one program per (value block, batch row x value head), keeps the residual of
+   all T rows in registers (right-looking substitution): for tile i, Delta_i = its rows of the residual,
+   then residual -= B[:, i] Delta_i. After the last tile the residual *is* Delta; O = QH + P Delta.
+   The chain is NT = T / BT steps of one [T, BT] x [BT, BV] product each, with no memory round trip.
 
 Precision: q/k/v bf16 or fp32; gates, state, G, A, the solve and Delta in fp32. Gram dots of bf16
 inputs are exact products with fp32 accumulation; fp32 x fp32 products follow `precision` (see
@@ -38,23 +40,32 @@ from weaver.ops.triton.structure import TreeStructure, as_structure
 
 __all__ = ["GDNTreeConfig", "default_config", "gdn_tree"]
 
+BVP = 32  # value columns per chunk of the prep kernel's state products (keeps H0 chunks in registers)
+
 
 class GDNTreeConfig(NamedTuple):
     """Launch configuration of the tree kernels (fixed; no autotune, so they run interpreted)."""
 
     BT: int = 32  # node rows per tile (16, 32 or 64)
     BV: int = 32  # value columns per program of the solve kernel
-    num_warps: int = 4
-    num_stages: int = 1
+    num_warps: int = 4  # of the solve kernel
+    num_stages: int = 1  # of the solve kernel
     precision: str = "auto"
+    prep_warps: int = 4  # of the prep kernel
+    prep_stages: int = 1  # of the prep kernel (software pipelining of its value-chunk loop)
+    prefetch: bool = False  # solve: load B's next column block while the current step computes
 
 
 def default_config(T: int, V: int) -> GDNTreeConfig:
-    """The fixed configuration for T nodes (H200 sweep in benchmarks/results/kernels/NOTES.md: BT=32 beat
-    16 from T=32 on; BV=64 beat 32 at T=128 by 4 us with the same error; tf32 and num_stages=2 were faster
-    too but tf32 adds error and neither was measured in combination)."""
+    """The fixed configuration for T nodes: BT=16 for tiny trees, else 32; 8 warps once the [T, BV]
+    residual of the solve no longer fits 4 warps' registers (T > 128)."""
     BT = 16 if T <= 16 else 32
-    return GDNTreeConfig(BT=BT, BV=min(64 if T >= 128 else 32, next_pow2(V)))
+    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=4 if T <= 128 else 8)
+
+
+def tile_rows(T: int, BT: int) -> int:
+    """Rows the solve holds in registers: T rounded up to a power of two (and at least one tile)."""
+    return max(BT, triton.next_power_of_2(int(T)))
 
 
 @triton.jit
@@ -76,166 +87,182 @@ def _rnorm(x, L2NORM: tl.constexpr, BT: tl.constexpr):
         return tl.full([BT], 1.0, dtype=tl.float32)
 
 
+@triton.jit
+def _path_sums(p_anc, g_all, o_r, m_r, o_a, m_a, T):
+    """G of rows o_r: sum of g over each row's ancestors-or-self (masked row sums of the int8 mask)."""
+    b_m = tl.load(p_anc + o_r[:, None] * T + o_a[None, :], mask=m_r[:, None] & m_a[None, :], other=0)
+    return tl.sum(tl.where(b_m != 0, g_all[None, :], 0.0), 1)
+
+
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, g, beta, h0, anc, depth, gram_s, gram_p, xinv, kh, qh, aux_k, aux_G, scale, T,
+    q, k, v, g, beta, h0, anc, depth, bmat, pmat, xr, qh, aux_k, aux_G, scale, T,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    BV: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
+    BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
-    """Everything that needs no Delta, all tiles in parallel; one work item per program (axis 0), per batch
-    row x key head (axis 1):
-      w < NT*NT            Gram tile (i, j), j <= i: S = K_i K_j^T, P = scale Q_i K_j^T (normalised rows),
-                           and aux.k rows for i = j;
-      next NT*R items      diagonal tile i of one value head: G rows (aux.G), A_ii, X_ii = (I + A_ii)^-1;
-      next NT*R*NV items   state products of tile i, one value head and value block: K_i H0, Q_i H0."""
-    w, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_h = (i_bh // H).to(tl.int64), i_bh % H
+    """Everything that needs no Delta, for row tile i (axis 0) of one batch row x value head (axis 1).
+    Scalar int64 base pointers per (batch row, head); int32 offsets inside (fewer registers)."""
+    i, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
-    NT = (T + BT - 1) // BT
+    i_h = i_hv // R
+    p_anc = anc + i_b * T * T
+    p_k = k + i_b * T * H * K + i_h * K  # row n at n * H * K
+    p_q = q + i_b * T * H * K + i_h * K
+    p_ak = aux_k + i_b * T * H * K + i_h * K
+    p_g = g + i_b * T * HV + i_hv  # node n at n * HV
+    p_beta = beta + i_b * T * HV + i_hv
+    p_G = aux_G + i_b * T * HV + i_hv
+    p_v = v + i_b * T * HV * V + i_hv * V  # node n at n * HV * V
+    p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
+    p_b = bmat + i_bh.to(tl.int64) * TP * TP
+    p_x = xr + i_bh.to(tl.int64) * TP * V  # [TP, V]
+    p_qh = qh + i_bh.to(tl.int64) * TP * V
+    p_h = h0 + i_bh.to(tl.int64) * K * V  # [K, V]
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
-    if w < NT * NT:
-        i, j = w // NT, w % NT
-        if j <= i:
-            o_i, o_j = i * BT + o_t, j * BT + o_t
-            m_i, m_j = o_i < T, o_j < T
-            p_i = ((i_b * T + o_i[:, None]) * H + i_h) * K + o_k[None, :]
-            b_ki = tl.load(k + p_i, mask=m_i[:, None] & m_k[None, :], other=0)
-            b_qi = tl.load(q + p_i, mask=m_i[:, None] & m_k[None, :], other=0)
-            b_kj = tl.load(k + ((i_b * T + o_j[:, None]) * H + i_h) * K + o_k[None, :],
-                           mask=m_j[:, None] & m_k[None, :], other=0)  # fmt: skip
-            b_rki = _rnorm(b_ki, L2NORM, BT)
-            b_rqi = _rnorm(b_qi, L2NORM, BT) * scale
-            b_rkj = _rnorm(b_kj, L2NORM, BT)
-            b_kjt = tl.trans(b_kj)
-            b_s = _gram(b_ki, b_kjt, LOWP, PREC, INTERPRET) * b_rki[:, None] * b_rkj[None, :]
-            b_p = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * b_rkj[None, :]
-            p_g = (i_bh.to(tl.int64) * TP + o_i[:, None]) * TP + o_j[None, :]
-            tl.store(gram_s + p_g, b_s)
-            tl.store(gram_p + p_g, b_p)
-            if i == j:
-                tl.store(aux_k + p_i, b_ki.to(tl.float32) * b_rki[:, None], mask=m_i[:, None] & m_k[None, :])
-    elif w < NT * NT + NT * R:
-        d = w - NT * NT
-        i = d // R
-        i_hv = i_h * R + d % R
-        o_i = i * BT + o_t
-        m_i = o_i < T
-        # G = root-path sum of g: masked row sums of the ancestor mask
-        o_a = tl.arange(0, TA)
-        m_a = o_a < T
-        b_ga = tl.load(g + (i_b * T + o_a) * HV + i_hv, mask=m_a, other=0).to(tl.float32)
-        b_ma = tl.load(anc + (i_b * T + o_i[:, None]) * T + o_a[None, :], mask=m_i[:, None] & m_a[None, :], other=0)
-        b_G = tl.sum(tl.where(b_ma != 0, b_ga[None, :], 0.0), 1)
-        tl.store(aux_G + (i_b * T + o_i) * HV + i_hv, b_G, mask=m_i)
-        # A_ii and its inverse
-        b_ki = tl.load(k + ((i_b * T + o_i[:, None]) * H + i_h) * K + o_k[None, :],
-                       mask=m_i[:, None] & m_k[None, :], other=0)  # fmt: skip
-        b_rk = _rnorm(b_ki, L2NORM, BT)
-        b_beta = tl.load(beta + (i_b * T + o_i) * HV + i_hv, mask=m_i, other=0).to(tl.float32)
-        b_m = tl.load(anc + (i_b * T + o_i[:, None]) * T + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0)
-        b_m = b_m != 0
-        b_dec = tl.exp(tl.where(b_m, b_G[:, None] - b_G[None, :], float("-inf")))
-        b_s = _gram(b_ki, tl.trans(b_ki), LOWP, PREC, INTERPRET) * (b_beta * b_rk)[:, None] * b_rk[None, :]
-        b_n = -tl.where(o_t[:, None] > o_t[None, :], b_s * b_dec, 0.0)
-        # the longest ancestor chain inside the tile bounds the nilpotency of A_ii
-        b_dep = tl.load(depth + i_b * T + o_i, mask=m_i, other=0)
-        b_top = tl.min(tl.where(b_m, b_dep[None, :], 1 << 30), 1)
-        n_chain = tl.max(tl.where(m_i, b_dep - b_top + 1, 1), 0)
-        b_x = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0) + b_n  # (I + A)^-1 = (I - A)(I + A^2)(I + A^4)...
-        for lv in tl.static_range(1, LOG2BT):
-            if (1 << lv) < n_chain:
-                b_n = mm(b_n, b_n, PREC, INTERPRET)
-                b_x = b_x + mm(b_x, b_n, PREC, INTERPRET)
-        tl.store(xinv + ((i_b * HV + i_hv) * TP + o_i[:, None]) * BT + o_t[None, :], b_x)
-    elif USE_H0:
-        d = w - NT * NT - NT * R
-        NV = (V + BV - 1) // BV
-        i, i_hv, i_v = d // (R * NV), i_h * R + (d // NV) % R, d % NV
-        o_i = i * BT + o_t
-        m_i = o_i < T
-        o_v = i_v * BV + tl.arange(0, BV)
+    o_i = i * BT + o_t
+    m_i = o_i < T
+    o_a = tl.arange(0, TA)
+    m_a = o_a < T
+    b_ga = tl.load(p_g + o_a * HV, mask=m_a, other=0).to(tl.float32)
+    b_Gi = _path_sums(p_anc, b_ga, o_i, m_i, o_a, m_a, T)
+    tl.store(p_G + o_i * HV, b_Gi, mask=m_i)
+
+    o_ik = o_i[:, None] * (H * K) + o_k[None, :]
+    m_ik = m_i[:, None] & m_k[None, :]
+    b_ki = tl.load(p_k + o_ik, mask=m_ik, other=0)
+    b_qi = tl.load(p_q + o_ik, mask=m_ik, other=0)
+    b_rki = _rnorm(b_ki, L2NORM, BT)
+    b_rqi = _rnorm(b_qi, L2NORM, BT) * scale
+    if i_hv % R == 0:
+        tl.store(p_ak + o_ik, b_ki.to(tl.float32) * b_rki[:, None], mask=m_ik)
+    b_beta = tl.load(p_beta + o_i * HV, mask=m_i, other=0).to(tl.float32)
+    b_ka = b_rki * b_beta  # row factors of A
+
+    # diagonal tile: A_ii, X_ii = (I + A_ii)^-1, P_ii
+    b_mii = tl.load(p_anc + o_i[:, None] * T + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0) != 0
+    b_dec = tl.exp(tl.where(b_mii, b_Gi[:, None] - b_Gi[None, :], float("-inf")))
+    b_kit = tl.trans(b_ki)
+    b_s = _gram(b_ki, b_kit, LOWP, PREC, INTERPRET) * b_ka[:, None] * b_rki[None, :]
+    b_n = -tl.where(o_t[:, None] > o_t[None, :], b_s * b_dec, 0.0)
+    b_dep = tl.load(depth + i_b * T + o_i, mask=m_i, other=0)  # longest ancestor chain inside the tile
+    b_top = tl.min(tl.where(b_mii, b_dep[None, :], 1 << 30), 1)  # bounds the nilpotency of A_ii
+    n_chain = tl.max(tl.where(m_i, b_dep - b_top + 1, 1), 0)
+    b_x = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0) + b_n  # (I + A)^-1 = (I - A)(I + A^2)(I + A^4)...
+    for lv in tl.static_range(1, LOG2BT):
+        if (1 << lv) < n_chain:
+            b_n = mm(b_n, b_n, PREC, INTERPRET)
+            b_x = b_x + mm(b_x, b_n, PREC, INTERPRET)
+    b_p = _gram(b_qi, b_kit, LOWP, PREC, INTERPRET) * b_rqi[:, None] * b_rki[None, :] * b_dec
+    tl.store(p_m + o_i[:, None] * TP + o_i[None, :], b_p)
+
+    # earlier tiles j: B_ij = X_ii A_ij and P_ij (G_j recomputed here: tile j is another program's)
+    for j in range(0, i):
+        o_j = j * BT + o_t
+        b_Gj = _path_sums(p_anc, b_ga, o_j, o_j < T, o_a, m_a, T)
+        b_mij = tl.load(p_anc + o_i[:, None] * T + o_j[None, :], mask=m_i[:, None], other=0)
+        b_kj = tl.load(p_k + o_j[:, None] * (H * K) + o_k[None, :], mask=m_k[None, :], other=0)
+        b_rkj = _rnorm(b_kj, L2NORM, BT)
+        b_dec = tl.exp(tl.where(b_mij != 0, b_Gi[:, None] - b_Gj[None, :], float("-inf")))
+        b_kjt = tl.trans(b_kj)
+        b_a = _gram(b_ki, b_kjt, LOWP, PREC, INTERPRET) * b_ka[:, None] * (b_rkj[None, :] * b_dec)
+        tl.store(p_b + o_i[:, None] * TP + o_j[None, :], mm(b_x, b_a, PREC, INTERPRET))
+        b_p = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * (b_rkj[None, :] * b_dec)
+        tl.store(p_m + o_i[:, None] * TP + o_j[None, :], b_p)
+
+    # right-hand side, one value chunk at a time: Xr_i = X_ii beta (v - e^G K_i H0), QH_i = e^G Q_i H0
+    b_eG = tl.exp(b_Gi)
+    for c in range(0, V, BVP):
+        o_v = c + tl.arange(0, BVP)
         m_v = o_v < V
-        p_i = ((i_b * T + o_i[:, None]) * H + i_h) * K + o_k[None, :]
-        b_ki = tl.load(k + p_i, mask=m_i[:, None] & m_k[None, :], other=0)
-        b_qi = tl.load(q + p_i, mask=m_i[:, None] & m_k[None, :], other=0)
-        b_h = tl.load(h0 + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :],
-                      mask=m_k[:, None] & m_v[None, :], other=0).to(tl.float32)  # fmt: skip
-        if LOWP and PREC == 3:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32 accuracy
-            b_hhi = b_h.to(tl.bfloat16)
-            b_hlo = (b_h - b_hhi.to(tl.float32)).to(tl.bfloat16)
-            b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
-            b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
-        else:
-            b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
-            b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
-        p_o = ((i_b * T + o_i[:, None]) * HV + i_hv) * V + o_v[None, :]
-        tl.store(kh + p_o, b_kh * _rnorm(b_ki, L2NORM, BT)[:, None], mask=m_i[:, None] & m_v[None, :])
-        tl.store(qh + p_o, b_qh * (_rnorm(b_qi, L2NORM, BT) * scale)[:, None], mask=m_i[:, None] & m_v[None, :])
+        m_iv = m_i[:, None] & m_v[None, :]
+        b_rhs = tl.load(p_v + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv, other=0).to(tl.float32)
+        o_x = o_i[:, None] * V + o_v[None, :]
+        if USE_H0:
+            b_h = tl.load(p_h + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0)
+            b_h = b_h.to(tl.float32)
+            if LOWP and PREC == 3:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
+                b_hhi = b_h.to(tl.bfloat16)
+                b_hlo = (b_h - b_hhi.to(tl.float32)).to(tl.bfloat16)
+                b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
+                b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
+            else:
+                b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
+                b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
+            b_rhs -= (b_eG * b_rki)[:, None] * b_kh
+            tl.store(p_qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
+        tl.store(p_x + o_x, mm(b_x, b_beta[:, None] * b_rhs, PREC, INTERPRET), mask=m_iv)
+
+
+@triton.jit
+def _tile_of(b_r, i, NT: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
+    """Rows i*BT .. i*BT+BT-1 of the register tensor b_r [NT*BT, BV]."""
+    if NT == 1:
+        return b_r
+    else:
+        b_r3 = tl.reshape(b_r, (NT, BT, BV))
+        sel = (tl.arange(0, NT) == i)[:, None, None]
+        return tl.sum(tl.where(sel, b_r3, 0.0), 0)
+
+
+@triton.jit
+def _bcol(p_b, o_r, m_r, o_t, i, BT: tl.constexpr, TP: tl.constexpr):
+    """Column block i of B ([TP, BT]), rows below tile i only (B is strictly block-lower; the rest is unset)."""
+    m_b = m_r & (o_r >= (i + 1) * BT)
+    return tl.load(p_b + o_r[:, None] * TP + (i * BT + o_t)[None, :], mask=m_b[:, None], other=0)
 
 
 @triton.jit(do_not_specialize=["T"])
-def gdn_tree_fwd_kernel(
-    v, beta, anc, gram_s, gram_p, xinv, qh, aux_G, o, aux_delta, T,
-    H: tl.constexpr, HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
-    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+def gdn_tree_solve_kernel(
+    bmat, pmat, xr, qh, o, aux_delta, T,
+    HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
+    USE_H0: tl.constexpr, PREC: tl.constexpr, PREFETCH: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
-    """Block forward substitution over row tiles for one (value block, batch row x value head). On entry
-    aux.delta holds K H0 (from the prep kernel); each tile's rows are replaced by Delta."""
+    """Right-looking block forward substitution for one (value block, batch row x value head)."""
     i_v, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
-    i_h = i_hv // (HV // H)
-    NT = (T + BT - 1) // BT
+    NT: tl.constexpr = TP // BT
+    p_b = bmat + i_bh.to(tl.int64) * TP * TP
+    p_m = pmat + i_bh.to(tl.int64) * TP * TP
+    p_x = xr + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV  # node n at n * HV * V
+    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
+    o_r = tl.arange(0, TP)
+    m_r = o_r < T
     o_t = tl.arange(0, BT)
-    o_v = i_v * BV + tl.arange(0, BV)
-    m_v = o_v < V
-    p_s = gram_s + (i_b * H + i_h) * TP * TP
-    p_p = gram_p + (i_b * H + i_h) * TP * TP
-    p_x = xinv + (i_b * HV + i_hv) * TP * BT
-    p_anc = anc + i_b * T * T
-    for i in range(0, NT):
-        o_i = i * BT + o_t
-        m_i = o_i < T
-        m_iv = m_i[:, None] & m_v[None, :]
-        p_o = ((i_b * T + o_i[:, None]) * HV + i_hv) * V + o_v[None, :]
-        b_v = tl.load(v + p_o, mask=m_iv, other=0).to(tl.float32)
-        b_beta = tl.load(beta + (i_b * T + o_i) * HV + i_hv, mask=m_i, other=0).to(tl.float32)
-        b_Gi = tl.load(aux_G + (i_b * T + o_i) * HV + i_hv, mask=m_i, other=0)
-        b_x = tl.load(p_x + o_i[:, None] * BT + o_t[None, :])
-        b_pd = tl.load(p_p + o_i[:, None] * TP + o_i[None, :])
-        b_md = tl.load(p_anc + o_i[:, None] * T + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0)
-        b_eG = tl.exp(b_Gi)
-        b_rhs = b_v
-        b_o = tl.zeros([BT, BV], dtype=tl.float32)
-        if USE_H0:
-            b_rhs -= b_eG[:, None] * tl.load(aux_delta + p_o, mask=m_iv, other=0)
-            b_o = b_eG[:, None] * tl.load(qh + p_o, mask=m_iv, other=0)
-        b_rhs = b_beta[:, None] * b_rhs
-
-        # earlier tiles: rhs_i -= A_ij Delta_j, o_i += P_ij Delta_j (Gram tiles from the prep kernel)
-        for j in range(0, i):
-            o_j = j * BT + o_t
-            m_j = o_j < T
-            p_g = o_i[:, None] * TP + o_j[None, :]
-            b_s = tl.load(p_s + p_g)
-            b_p = tl.load(p_p + p_g)
-            b_m = tl.load(p_anc + o_i[:, None] * T + o_j[None, :], mask=m_i[:, None] & m_j[None, :], other=0)
-            b_Gj = tl.load(aux_G + (i_b * T + o_j) * HV + i_hv, mask=m_j, other=0)
-            b_dj = tl.load(aux_delta + ((i_b * T + o_j[:, None]) * HV + i_hv) * V + o_v[None, :],
-                           mask=m_j[:, None] & m_v[None, :], other=0)  # fmt: skip
-            b_dec = tl.exp(tl.where(b_m != 0, b_Gi[:, None] - b_Gj[None, :], float("-inf")))
-            b_rhs -= mm(b_s * b_dec * b_beta[:, None], b_dj, PREC, INTERPRET)
-            b_o += mm(b_p * b_dec, b_dj, PREC, INTERPRET)
-
-        # diagonal tile: Delta_i = X_ii rhs_i
-        b_dec = tl.exp(tl.where(b_md != 0, b_Gi[:, None] - b_Gi[None, :], float("-inf")))
-        b_d = mm(b_x, b_rhs, PREC, INTERPRET)
-        b_o += mm(b_pd * b_dec, b_d, PREC, INTERPRET)
-        tl.store(aux_delta + p_o, b_d, mask=m_iv)
-        tl.store(o + p_o, b_o.to(o.dtype.element_ty), mask=m_iv)
-        tl.debug_barrier()  # Delta_i is read back by later tiles of this program
+    o_c = tl.arange(0, BV)
+    m_c = i_v * BV + o_c < V
+    b_r = tl.load(p_x + o_r[:, None] * V + o_c[None, :], mask=m_r[:, None] & m_c[None, :], other=0)
+    b_bc = _bcol(p_b, o_r, m_r, o_t, 0, BT, TP)
+    for i in tl.static_range(NT):
+        if i * BT < T:
+            if PREFETCH:  # next column block of B in flight during this step
+                b_bc_next = _bcol(p_b, o_r, m_r, o_t, i + 1, BT, TP)
+            else:
+                b_bc = _bcol(p_b, o_r, m_r, o_t, i, BT, TP)
+            b_d = _tile_of(b_r, i, NT, BT, BV)
+            o_i = i * BT + o_t
+            tl.store(p_d + o_i[:, None] * (HV * V) + o_c[None, :], b_d, mask=(o_i < T)[:, None] & m_c[None, :])
+            if i < NT - 1:  # rows below tile i: residual -= B[:, i] Delta_i
+                b_r = b_r - mm(b_bc, b_d, PREC, INTERPRET)
+            if PREFETCH:
+                b_bc = b_bc_next
+    # b_r is Delta now: O = QH + P Delta, one row tile at a time (P is zero right of the tile's diagonal block)
+    for i in tl.static_range(NT):
+        if i * BT < T:
+            o_i = i * BT + o_t
+            m_i = o_i < T
+            b_p = tl.load(p_m + o_i[:, None] * TP + o_r[None, :], mask=m_i[:, None] & (o_r < (i + 1) * BT)[None, :],
+                          other=0)  # fmt: skip
+            b_o = mm(b_p, b_r, PREC, INTERPRET)
+            m_ic = m_i[:, None] & m_c[None, :]
+            if USE_H0:
+                b_o += tl.load(p_qh + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
+            tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
 
 
 def gdn_tree_fwd(
@@ -260,36 +287,33 @@ def gdn_tree_fwd(
     if BT not in (16, 32, 64) or BV < 16 or BV & (BV - 1):
         raise ValueError(f"config needs BT in (16, 32, 64) and BV a power of two >= 16, got {config}")
     dev = q.device
-    NT = triton.cdiv(T, BT)
-    TP = NT * BT
+    TP = tile_rows(T, BT)
     o = torch.empty(B, T, HV, V, dtype=out_dtype, device=dev)
     aux = GDNTreeAux(
         k=torch.empty(B, T, H, K, dtype=torch.float32, device=dev),
         delta=torch.empty(B, T, HV, V, dtype=torch.float32, device=dev),
         G=torch.empty(B, T, HV, dtype=torch.float32, device=dev),
     )
-    gram_s = torch.empty(B, H, TP, TP, dtype=torch.float32, device=dev)
-    gram_p = torch.empty(B, H, TP, TP, dtype=torch.float32, device=dev)
-    xinv = torch.empty(B, HV, TP, BT, dtype=torch.float32, device=dev)
-    qh = torch.empty(B, T, HV, V, dtype=torch.float32, device=dev) if initial_state is not None else aux.delta
+    bmat = torch.empty(B, HV, TP, TP, dtype=torch.float32, device=dev)  # B_ij = X_ii A_ij, j < i
+    pmat = torch.empty(B, HV, TP, TP, dtype=torch.float32, device=dev)  # P_ij, j <= i
+    xr = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev)
+    use_h0 = initial_state is not None
+    qh = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev) if use_h0 else xr
     lowp = q.dtype == torch.bfloat16 and k.dtype == torch.bfloat16
     prec = precision_code(config.precision, q.dtype)
     interp = interpreting()
-    R, NV = HV // H, triton.cdiv(V, BV)
-    use_h0 = initial_state is not None
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
-    n_items = NT * NT + NT * R + (NT * R * NV if use_h0 else 0)
-    gdn_tree_prep_kernel[(n_items, B * H)](
-        q, k, g, beta, h0, tree.anc, tree.depth, gram_s, gram_p, xinv, aux.delta, qh, aux.k, aux.G, float(scale), T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BV=BV, TP=TP, TA=next_pow2(T), LOG2BT=BT.bit_length() - 1,
-        USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec, INTERPRET=interp, num_warps=4,
+    gdn_tree_prep_kernel[(triton.cdiv(T, BT), B * HV)](
+        q, k, v, g, beta, h0, tree.anc, tree.depth, bmat, pmat, xr, qh, aux.k, aux.G, float(scale), T,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=BVP, TP=TP, TA=next_pow2(T),
+        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec,
+        INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
     )  # fmt: skip
     if not run_solve:
         return o, aux
-    gdn_tree_fwd_kernel[(NV, B * HV)](
-        v, beta, tree.anc, gram_s, gram_p, xinv, qh, aux.G, o, aux.delta, T,
-        H=H, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec, INTERPRET=interp,
-        num_warps=config.num_warps, num_stages=config.num_stages,
+    gdn_tree_solve_kernel[(triton.cdiv(V, BV), B * HV)](
+        bmat, pmat, xr, qh, o, aux.delta, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec,
+        PREFETCH=config.prefetch, INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return o, aux
 
@@ -308,7 +332,7 @@ def gdn_tree(
     config: GDNTreeConfig | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
-    """Tree verification in one Triton launch; same contract as `weaver.ops.gdn.gdn_tree`.
+    """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
 
     Args:
         q, k: [B, T, H, K] bf16 or fp32; v: [B, T, HV, V]; g (log decay <= 0), beta: [B, T, HV].
@@ -324,8 +348,8 @@ def gdn_tree(
         aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]), float32, for the commit.
     """
     B, T, H, K, HV, V = check_gdn_shapes(q, k, v, g, beta, initial_state)
-    if T > 1024:
-        raise ValueError(f"trees up to 1024 nodes are supported (tested to 256), got T={T}")
+    if T > 512:
+        raise ValueError(f"trees up to 512 nodes are supported (tested to 256), got T={T}")
     tree = as_structure(parents)
     if tree.anc.shape != (B, T, T):
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")

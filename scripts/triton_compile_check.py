@@ -1,0 +1,97 @@
+"""Compile the GDN tree kernels for Hopper (sm_90a) on a machine without a GPU; print registers and spills.
+
+    TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
+
+Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
+benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"  # before triton / weaver.ops.triton are imported
+
+import importlib  # noqa: E402
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
+
+gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
+
+
+def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1):
+    """args: name -> triton type string; constexprs: name -> value. Returns the compiled kernel."""
+    sig = {name: args.get(name, "constexpr") for name in fn.arg_names}
+    # pointers 16-byte aligned, as the launcher specialises them for torch tensors
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
+    target = GPUTarget("cuda", 90, 32)
+    return triton.compile(src, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def report(name: str, kern) -> str:
+    """Registers, spill stores/loads and stack frame from cuobjdump's resource usage of the cubin."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kern.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    line = next((x.strip() for x in usage.splitlines() if "REG:" in x), usage.strip()[-200:])
+    return f"{name}: {line} | shared={kern.metadata.shared}"
+
+
+def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
+    H, HV, K, V = 16, 48, 128, 128
+    el = "bf16" if dtype == "bf16" else "fp32"
+    prec = precision_code(cfg.precision, None if dtype == "bf16" else __import__("torch").float32)
+    if dtype == "bf16" and cfg.precision == "auto":
+        prec = 3
+    TP = gt.tile_rows(T, cfg.BT)
+    common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
+    prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "bmat", "pmat", "xr", "qh", "aux_k", "aux_G")}
+    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32")
+    prep_const = dict(common, BK=next_pow2(K), BVP=gt.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
+                      L2NORM=False, LOWP=dtype == "bf16")  # fmt: skip
+    prep = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, prep_const, cfg.prep_warps, cfg.prep_stages)
+    solve_args = {n: "*fp32" for n in ("bmat", "pmat", "xr", "qh", "aux_delta")}
+    solve_args.update(o=f"*{el}", T="i32")
+    solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, PREFETCH=cfg.prefetch,
+                       INTERPRET=False)
+    solve = compile_kernel(gt.gdn_tree_solve_kernel, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
+    return [report(f"T={T} {dtype} {cfg} prep", prep), report(f"T={T} {dtype} {cfg} solve", solve)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--T", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument("--dtype", nargs="+", default=["bf16", "fp32"])
+    parser.add_argument("--BV", type=int, nargs="+", default=[])
+    parser.add_argument("--warps", type=int, nargs="+", default=[], help="solve kernel warps to try")
+    parser.add_argument("--prep-warps", type=int, nargs="+", default=[], help="prep kernel warps to try")
+    parser.add_argument("--prefetch", action="store_true", help="also the solve with B prefetch")
+    args = parser.parse_args()
+    print("triton", triton.__version__)
+    for T in args.T:
+        for dtype in args.dtype:
+            base = gt.default_config(T, 128)
+            cfgs = [base] + [base._replace(BV=bv) for bv in args.BV] + [base._replace(num_warps=w) for w in args.warps]
+            cfgs += [base._replace(prep_warps=w) for w in args.prep_warps]
+            cfgs += [base._replace(prefetch=True)] if args.prefetch else []
+            for cfg in cfgs:
+                try:
+                    for line in check_gdn_tree(T, dtype, cfg):
+                        print(line, flush=True)
+                except Exception as e:  # report and go on: one failing shape should not hide the others
+                    print(f"T={T} {dtype} {cfg}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
