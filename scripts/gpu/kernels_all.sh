@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Issue 3 on an H200 in one device call (carry .whl: fla-core + flash-linear-attention 0.6.0):
+#   1. the Triton GDN tests compiled at full size (correctness first);
+#   2. `weaver bench kernels` at T = 16..256, proposal trees and chains, every baseline, fp32 check;
+#   3. the launch-config sweep at T=128 (kernel only);
+#   4. the anchor-like wide trees at T=128.
+# Each step is bounded (seconds: KA_TEST, KA_BENCH, KA_SWEEP, KA_WIDE) so the call ends inside 10 minutes.
+#   device run:  bash scripts/gpu/kernels_all.sh
+set -uo pipefail
+K="table or launch or unset or equals or graph or commit or branch or pad or precisions"
+KERNELS_BENCH=0 KERNELS_TEST_TIMEOUT=${KA_TEST:-100} KERNELS_TEST_K=$K bash scripts/gpu/kernels.sh
+KERNELS_TESTS=0 KERNELS_BENCH_TIMEOUT=${KA_BENCH:-250} \
+  KERNELS_BENCH_ARGS="--T 16 32 64 128 256 --kinds tree chain --fp32-check --reps 100 --sets 8" bash scripts/gpu/kernels.sh
+KERNELS_TESTS=0 KERNELS_TAG=sweep KERNELS_BENCH_TIMEOUT=${KA_SWEEP:-130} \
+  KERNELS_BENCH_ARGS="--T 128 --kinds tree chain --methods fused_kernel --sweep --reps 60 --sets 4 --tag sweep" \
+  bash scripts/gpu/kernels.sh
+KERNELS_TESTS=0 KERNELS_TAG=wide KERNELS_BENCH_TIMEOUT=${KA_WIDE:-60} \
+  KERNELS_BENCH_ARGS="--T 128 --kinds wide --methods fused fused_kernel per_branch varlen --reps 100 --sets 8 --tag wide" \
+  bash scripts/gpu/kernels.sh
+rm -f "${OUT:-/tmp/kernels_out}"/kernels_h200_bf16_wide.json  # at most 8 files come back; the .md has the table
+ls -la "${OUT:-/tmp/kernels_out}"
