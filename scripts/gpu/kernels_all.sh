@@ -17,5 +17,8 @@ KERNELS_TESTS=0 KERNELS_TAG=sweep KERNELS_BENCH_TIMEOUT=${KA_SWEEP:-130} \
 KERNELS_TESTS=0 KERNELS_TAG=wide KERNELS_BENCH_TIMEOUT=${KA_WIDE:-60} \
   KERNELS_BENCH_ARGS="--T 128 --kinds wide --methods fused fused_kernel per_branch varlen --reps 100 --sets 8 --tag wide" \
   bash scripts/gpu/kernels.sh
-rm -f "${OUT:-/tmp/kernels_out}"/kernels_h200_bf16_wide.json  # at most 8 files come back; the .md has the table
-ls -la "${OUT:-/tmp/kernels_out}"
+# at most 8 files come back: the sweep / wide JSON rows are in their stdout logs, nvidia-smi goes into the test log
+O=${OUT:-/tmp/kernels_out}
+cat "$O/nvidia_smi.txt" >> "$O/gpu_tests.log" && rm -f "$O/nvidia_smi.txt"
+rm -f "$O/kernels_h200_bf16_wide.json" "$O/kernels_h200_bf16_sweep.json"
+ls -la "$O"
