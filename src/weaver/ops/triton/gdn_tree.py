@@ -40,8 +40,6 @@ from weaver.ops.triton.structure import TreeStructure, as_structure
 
 __all__ = ["GDNTreeConfig", "default_config", "gdn_tree"]
 
-BVP = 32  # value columns per chunk of the prep kernel's state products (keeps H0 chunks in registers)
-
 
 class GDNTreeConfig(NamedTuple):
     """Launch configuration of the tree kernels (fixed; no autotune, so they run interpreted)."""
@@ -52,15 +50,19 @@ class GDNTreeConfig(NamedTuple):
     num_stages: int = 1  # of the solve kernel
     precision: str = "auto"
     prep_warps: int = 4  # of the prep kernel
-    prep_stages: int = 1  # of the prep kernel (software pipelining of its value-chunk loop)
-    prefetch: bool = False  # solve: load B's next column block while the current step computes
+    prep_stages: int = 1  # of the prep kernel
+    BVP: int = 32  # value columns per state work item of the prep kernel
+    early_h0: bool = False  # prep: issue the state item's H0 load before its X_ii work (latency vs registers)
+    prefetch: bool = False  # solve: load the next block of B (chain) and P (output) during the current step
 
 
 def default_config(T: int, V: int) -> GDNTreeConfig:
-    """The fixed configuration for T nodes: BT=16 for tiny trees, else 32; 8 warps once the [T, BV]
-    residual of the solve no longer fits 4 warps' registers (T > 128)."""
-    BT = 16 if T <= 16 else 32
-    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=4 if T <= 128 else 8)
+    """The fixed configuration for T nodes: tiles of 16 / 32 / 64 rows for T <= 16 / <= 32 / larger (the H200
+    sweep of benchmarks/results/kernels/NOTES.md: 64-row tiles halve the solve's chain at T=128); 8 warps for
+    both kernels once 4 warps' registers no longer hold the [T, BV] residual and the prep's tiles (T > 128)."""
+    BT = 16 if T <= 16 else 32 if T <= 32 else 64
+    wide = T > 128
+    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if wide else 4, prep_warps=8 if wide else 4)
 
 
 def tile_rows(T: int, BT: int) -> int:
@@ -94,59 +96,24 @@ def _path_sums(p_anc, g_all, o_r, m_r, o_a, m_a, T):
     return tl.sum(tl.where(b_m != 0, g_all[None, :], 0.0), 1)
 
 
-@triton.jit(do_not_specialize=["T"])
-def gdn_tree_prep_kernel(
-    q, k, v, g, beta, h0, anc, depth, bmat, pmat, xr, qh, aux_k, aux_G, scale, T,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
-    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
-):  # fmt: skip
-    """Everything that needs no Delta, for row tile i (axis 0) of one batch row x value head (axis 1).
-    Scalar int64 base pointers per (batch row, head); int32 offsets inside (fewer registers)."""
-    i, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
-    R: tl.constexpr = HV // H
-    i_h = i_hv // R
-    p_anc = anc + i_b * T * T
-    p_k = k + i_b * T * H * K + i_h * K  # row n at n * H * K
-    p_q = q + i_b * T * H * K + i_h * K
-    p_ak = aux_k + i_b * T * H * K + i_h * K
-    p_g = g + i_b * T * HV + i_hv  # node n at n * HV
-    p_beta = beta + i_b * T * HV + i_hv
-    p_G = aux_G + i_b * T * HV + i_hv
-    p_v = v + i_b * T * HV * V + i_hv * V  # node n at n * HV * V
-    p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
-    p_b = bmat + i_bh.to(tl.int64) * TP * TP
-    p_x = xr + i_bh.to(tl.int64) * TP * V  # [TP, V]
-    p_qh = qh + i_bh.to(tl.int64) * TP * V
-    p_h = h0 + i_bh.to(tl.int64) * K * V  # [K, V]
+@triton.jit
+def _diag_tile(p_q, p_k, p_beta, p_anc, depth, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, i_b, scale, T,
+               H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr, BT: tl.constexpr, LOG2BT: tl.constexpr,
+               L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """Tile i's rows: G, q/k and their norms, beta, the decay of the diagonal block and X_ii = (I + A_ii)^-1
+    (the Neumann product, as many factors as the longest ancestor chain inside the tile needs)."""
     o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    o_i = i * BT + o_t
-    m_i = o_i < T
-    o_a = tl.arange(0, TA)
-    m_a = o_a < T
-    b_ga = tl.load(p_g + o_a * HV, mask=m_a, other=0).to(tl.float32)
     b_Gi = _path_sums(p_anc, b_ga, o_i, m_i, o_a, m_a, T)
-    tl.store(p_G + o_i * HV, b_Gi, mask=m_i)
-
     o_ik = o_i[:, None] * (H * K) + o_k[None, :]
     m_ik = m_i[:, None] & m_k[None, :]
     b_ki = tl.load(p_k + o_ik, mask=m_ik, other=0)
     b_qi = tl.load(p_q + o_ik, mask=m_ik, other=0)
     b_rki = _rnorm(b_ki, L2NORM, BT)
     b_rqi = _rnorm(b_qi, L2NORM, BT) * scale
-    if i_hv % R == 0:
-        tl.store(p_ak + o_ik, b_ki.to(tl.float32) * b_rki[:, None], mask=m_ik)
     b_beta = tl.load(p_beta + o_i * HV, mask=m_i, other=0).to(tl.float32)
-    b_ka = b_rki * b_beta  # row factors of A
-
-    # diagonal tile: A_ii, X_ii = (I + A_ii)^-1, P_ii
     b_mii = tl.load(p_anc + o_i[:, None] * T + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0) != 0
     b_dec = tl.exp(tl.where(b_mii, b_Gi[:, None] - b_Gi[None, :], float("-inf")))
-    b_kit = tl.trans(b_ki)
-    b_s = _gram(b_ki, b_kit, LOWP, PREC, INTERPRET) * b_ka[:, None] * b_rki[None, :]
+    b_s = _gram(b_ki, tl.trans(b_ki), LOWP, PREC, INTERPRET) * (b_rki * b_beta)[:, None] * b_rki[None, :]
     b_n = -tl.where(o_t[:, None] > o_t[None, :], b_s * b_dec, 0.0)
     b_dep = tl.load(depth + i_b * T + o_i, mask=m_i, other=0)  # longest ancestor chain inside the tile
     b_top = tl.min(tl.where(b_mii, b_dep[None, :], 1 << 30), 1)  # bounds the nilpotency of A_ii
@@ -156,33 +123,86 @@ def gdn_tree_prep_kernel(
         if (1 << lv) < n_chain:
             b_n = mm(b_n, b_n, PREC, INTERPRET)
             b_x = b_x + mm(b_x, b_n, PREC, INTERPRET)
-    b_p = _gram(b_qi, b_kit, LOWP, PREC, INTERPRET) * b_rqi[:, None] * b_rki[None, :] * b_dec
-    tl.store(p_m + o_i[:, None] * TP + o_i[None, :], b_p)
+    return b_Gi, b_ki, b_qi, b_rki, b_rqi, b_beta, b_dec, b_x
 
-    # earlier tiles j: B_ij = X_ii A_ij and P_ij (G_j recomputed here: tile j is another program's)
-    for j in range(0, i):
-        o_j = j * BT + o_t
-        b_Gj = _path_sums(p_anc, b_ga, o_j, o_j < T, o_a, m_a, T)
-        b_mij = tl.load(p_anc + o_i[:, None] * T + o_j[None, :], mask=m_i[:, None], other=0)
-        b_kj = tl.load(p_k + o_j[:, None] * (H * K) + o_k[None, :], mask=m_k[None, :], other=0)
-        b_rkj = _rnorm(b_kj, L2NORM, BT)
-        b_dec = tl.exp(tl.where(b_mij != 0, b_Gi[:, None] - b_Gj[None, :], float("-inf")))
-        b_kjt = tl.trans(b_kj)
-        b_a = _gram(b_ki, b_kjt, LOWP, PREC, INTERPRET) * b_ka[:, None] * (b_rkj[None, :] * b_dec)
-        tl.store(p_b + o_i[:, None] * TP + o_j[None, :], mm(b_x, b_a, PREC, INTERPRET))
-        b_p = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * (b_rkj[None, :] * b_dec)
-        tl.store(p_m + o_i[:, None] * TP + o_j[None, :], b_p)
 
-    # right-hand side, one value chunk at a time: Xr_i = X_ii beta (v - e^G K_i H0), QH_i = e^G Q_i H0
-    b_eG = tl.exp(b_Gi)
-    for c in range(0, V, BVP):
-        o_v = c + tl.arange(0, BVP)
-        m_v = o_v < V
-        m_iv = m_i[:, None] & m_v[None, :]
-        b_rhs = tl.load(p_v + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv, other=0).to(tl.float32)
-        o_x = o_i[:, None] * V + o_v[None, :]
+@triton.jit(do_not_specialize=["T"])
+def gdn_tree_prep_kernel(
+    q, k, v, g, beta, h0, anc, depth, bmat, pmat, xr, qh, aux_k, aux_G, scale, T,
+    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
+    BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
+    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, EARLY_H0: tl.constexpr, INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """Everything that needs no Delta; work item w (axis 0) of one batch row x value head (axis 1):
+      w < NT             tile i = w: aux.G, aux.k, P_ii, and for every earlier tile j B_ij = X_ii A_ij, P_ij;
+      w = NT + i*NVC + c  tile i, value chunk c: Xr = X_ii beta (v - e^G K_i H0), QH = e^G Q_i H0.
+    Both recompute X_ii (cheap dots) so that no item waits for another. Scalar int64 base pointers per
+    (batch row, head), int32 offsets inside (fewer registers)."""
+    w, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    R: tl.constexpr = HV // H
+    NVC: tl.constexpr = (V + BVP - 1) // BVP
+    NT = (T + BT - 1) // BT
+    i_h = i_hv // R
+    p_anc = anc + i_b * T * T
+    p_k = k + i_b * T * H * K + i_h * K  # row n at n * H * K
+    p_q = q + i_b * T * H * K + i_h * K
+    p_g = g + i_b * T * HV + i_hv  # node n at n * HV
+    p_beta = beta + i_b * T * HV + i_hv
+    o_t = tl.arange(0, BT)
+    o_k = tl.arange(0, BK)
+    m_k = o_k < K
+    o_a = tl.arange(0, TA)
+    m_a = o_a < T
+    if w < NT:
+        i = w
+    else:
+        i = (w - NT) // NVC
+    o_i = i * BT + o_t
+    m_i = o_i < T
+    if USE_H0 and EARLY_H0:  # a state item's H0 chunk load goes out first, to overlap the X_ii work below
+        o_v = tl.where(w >= NT, (w - NT) % NVC, NVC) * BVP + tl.arange(0, BVP)  # diagonal items: all masked
+        b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & (o_v < V)[None, :], other=0)  # fmt: skip
+    b_ga = tl.load(p_g + o_a * HV, mask=m_a, other=0).to(tl.float32)
+    b_Gi, b_ki, b_qi, b_rki, b_rqi, b_beta, b_dec, b_x = _diag_tile(
+        p_q, p_k, p_beta, p_anc, depth, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, i_b, scale, T,
+        H, K, HV, BT, LOG2BT, L2NORM, LOWP, PREC, INTERPRET,
+    )  # fmt: skip
+    if w < NT:
+        tl.store(aux_G + i_b * T * HV + i_hv + o_i * HV, b_Gi, mask=m_i)
+        o_ik = o_i[:, None] * (H * K) + o_k[None, :]
+        if i_hv % R == 0:
+            tl.store(aux_k + i_b * T * H * K + i_h * K + o_ik, b_ki.to(tl.float32) * b_rki[:, None],
+                     mask=m_i[:, None] & m_k[None, :])  # fmt: skip
+        p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
+        p_b = bmat + i_bh.to(tl.int64) * TP * TP
+        b_p = _gram(b_qi, tl.trans(b_ki), LOWP, PREC, INTERPRET) * b_rqi[:, None] * b_rki[None, :] * b_dec
+        tl.store(p_m + o_i[:, None] * TP + o_i[None, :], b_p)
+        b_ka = b_rki * b_beta  # row factors of A
+        # earlier tiles j: B_ij = X_ii A_ij and P_ij (G_j recomputed here: tile j is another program's)
+        for j in range(0, i):
+            o_j = j * BT + o_t
+            b_Gj = _path_sums(p_anc, b_ga, o_j, o_j < T, o_a, m_a, T)
+            b_mij = tl.load(p_anc + o_i[:, None] * T + o_j[None, :], mask=m_i[:, None], other=0)
+            b_kj = tl.load(p_k + o_j[:, None] * (H * K) + o_k[None, :], mask=m_k[None, :], other=0)
+            b_rkj = _rnorm(b_kj, L2NORM, BT)
+            b_decj = tl.exp(tl.where(b_mij != 0, b_Gi[:, None] - b_Gj[None, :], float("-inf")))
+            b_kjt = tl.trans(b_kj)
+            b_a = _gram(b_ki, b_kjt, LOWP, PREC, INTERPRET) * b_ka[:, None] * (b_rkj[None, :] * b_decj)
+            tl.store(p_b + o_i[:, None] * TP + o_j[None, :], mm(b_x, b_a, PREC, INTERPRET))
+            b_pj = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * (b_rkj[None, :] * b_decj)
+            tl.store(p_m + o_i[:, None] * TP + o_j[None, :], b_pj)
+    else:
+        o_v = ((w - NT) % NVC) * BVP + tl.arange(0, BVP)
+        m_iv = m_i[:, None] & (o_v < V)[None, :]
+        b_rhs = tl.load(v + i_b * T * HV * V + i_hv * V + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv,
+                        other=0).to(tl.float32)  # fmt: skip
+        o_x = i_bh.to(tl.int64) * TP * V + o_i[:, None] * V + o_v[None, :]  # [TP, V] per (batch row, value head)
         if USE_H0:
-            b_h = tl.load(p_h + o_k[:, None] * V + o_v[None, :], mask=m_k[:, None] & m_v[None, :], other=0)
+            if not EARLY_H0:
+                b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
+                              mask=m_k[:, None] & (o_v < V)[None, :], other=0)  # fmt: skip
             b_h = b_h.to(tl.float32)
             if LOWP and PREC == 3:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
                 b_hhi = b_h.to(tl.bfloat16)
@@ -192,9 +212,10 @@ def gdn_tree_prep_kernel(
             else:
                 b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
                 b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
+            b_eG = tl.exp(b_Gi)
             b_rhs -= (b_eG * b_rki)[:, None] * b_kh
-            tl.store(p_qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
-        tl.store(p_x + o_x, mm(b_x, b_beta[:, None] * b_rhs, PREC, INTERPRET), mask=m_iv)
+            tl.store(qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
+        tl.store(xr + o_x, mm(b_x, b_beta[:, None] * b_rhs, PREC, INTERPRET), mask=m_iv)
 
 
 @triton.jit
@@ -213,6 +234,14 @@ def _bcol(p_b, o_r, m_r, o_t, i, BT: tl.constexpr, TP: tl.constexpr):
     """Column block i of B ([TP, BT]), rows below tile i only (B is strictly block-lower; the rest is unset)."""
     m_b = m_r & (o_r >= (i + 1) * BT)
     return tl.load(p_b + o_r[:, None] * TP + (i * BT + o_t)[None, :], mask=m_b[:, None], other=0)
+
+
+@triton.jit
+def _prow(p_m, o_r, o_t, i, T, BT: tl.constexpr, TP: tl.constexpr):
+    """Row block i of P ([BT, TP]), columns up to the end of its diagonal block (the rest is unset)."""
+    o_i = i * BT + o_t
+    m = (o_i < T)[:, None] & (o_r < (i + 1) * BT)[None, :]
+    return tl.load(p_m + o_i[:, None] * TP + o_r[None, :], mask=m, other=0)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -252,13 +281,18 @@ def gdn_tree_solve_kernel(
             if PREFETCH:
                 b_bc = b_bc_next
     # b_r is Delta now: O = QH + P Delta, one row tile at a time (P is zero right of the tile's diagonal block)
+    b_p = _prow(p_m, o_r, o_t, 0, T, BT, TP)
     for i in tl.static_range(NT):
         if i * BT < T:
             o_i = i * BT + o_t
             m_i = o_i < T
-            b_p = tl.load(p_m + o_i[:, None] * TP + o_r[None, :], mask=m_i[:, None] & (o_r < (i + 1) * BT)[None, :],
-                          other=0)  # fmt: skip
+            if PREFETCH:
+                b_p_next = _prow(p_m, o_r, o_t, i + 1, T, BT, TP)
+            else:
+                b_p = _prow(p_m, o_r, o_t, i, T, BT, TP)
             b_o = mm(b_p, b_r, PREC, INTERPRET)
+            if PREFETCH:
+                b_p = b_p_next
             m_ic = m_i[:, None] & m_c[None, :]
             if USE_H0:
                 b_o += tl.load(p_qh + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
@@ -303,10 +337,11 @@ def gdn_tree_fwd(
     prec = precision_code(config.precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
-    gdn_tree_prep_kernel[(triton.cdiv(T, BT), B * HV)](
+    NT = triton.cdiv(T, BT)
+    gdn_tree_prep_kernel[(NT * (1 + triton.cdiv(V, config.BVP)), B * HV)](
         q, k, v, g, beta, h0, tree.anc, tree.depth, bmat, pmat, xr, qh, aux.k, aux.G, float(scale), T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=BVP, TP=TP, TA=next_pow2(T),
-        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec,
+        H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
+        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec, EARLY_H0=config.early_h0,
         INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
     )  # fmt: skip
     if not run_solve:
