@@ -355,8 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(BT=32), dict(BT=32, prep_warps=2), dict(prep_warps=8), dict(precision="tf32"), dict(prefetch=True),
-    dict(BVP=64), dict(BVP=16), dict(early_h0=True), dict(BV=16), dict(BV=64), dict(num_warps=8),
+    {}, dict(prep_warps=2), dict(prep_warps=8), dict(precision="tf32"), dict(prefetch=True), dict(BVP=64),
+    dict(BVP=16), dict(early_h0=True), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(BT=16),
 ]  # fmt: skip
 
 

@@ -57,10 +57,11 @@ class GDNTreeConfig(NamedTuple):
 
 
 def default_config(T: int, V: int) -> GDNTreeConfig:
-    """The fixed configuration for T nodes: tiles of 16 / 32 / 64 rows for T <= 16 / <= 32 / larger (the H200
-    sweep of benchmarks/results/kernels/NOTES.md: 64-row tiles halve the solve's chain at T=128); 8 warps for
-    both kernels once 4 warps' registers no longer hold the [T, BV] residual and the prep's tiles (T > 128)."""
-    BT = 16 if T <= 16 else 32 if T <= 32 else 64
+    """The fixed configuration for T nodes: 16-row tiles for T <= 16, else 32 (64-row tiles were faster at
+    T=128 in the v4 sweep but hit an illegal address on the H200 with the v5 prep: benchmarks/results/kernels/
+    NOTES.md); 8 warps for both kernels once 4 warps' registers no longer hold the [T, BV] residual and the
+    prep's tiles (T > 128)."""
+    BT = 16 if T <= 16 else 32
     wide = T > 128
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if wide else 4, prep_warps=8 if wide else 4)
 
