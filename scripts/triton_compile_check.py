@@ -59,7 +59,7 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "bmat", "pmat", "xr", "qh", "aux_k", "aux_G")}
     prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32")
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=False, LOWP=dtype == "bf16", EARLY_H0=cfg.early_h0)  # fmt: skip
+                      L2NORM=False, LOWP=dtype == "bf16", STATE_ITEMS=cfg.state_items)  # fmt: skip
     prep = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, prep_const, cfg.prep_warps, cfg.prep_stages)
     solve_args = {n: "*fp32" for n in ("bmat", "pmat", "xr", "qh", "aux_delta")}
     solve_args.update(o=f"*{el}", T="i32")
@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--warps", type=int, nargs="+", default=[], help="solve kernel warps to try")
     parser.add_argument("--prep-warps", type=int, nargs="+", default=[], help="prep kernel warps to try")
     parser.add_argument("--prefetch", action="store_true", help="also the solve with B prefetch")
-    parser.add_argument("--early-h0", action="store_true", help="also the prep with the early H0 load")
+    parser.add_argument("--other-items", action="store_true", help="also the other state-items mode")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
     args = parser.parse_args()
     print("triton", triton.__version__)
@@ -87,7 +87,8 @@ def main() -> None:
             cfgs = [base] + [base._replace(BV=bv) for bv in args.BV] + [base._replace(num_warps=w) for w in args.warps]
             cfgs += [base._replace(prep_warps=w) for w in args.prep_warps]
             cfgs += [base._replace(prefetch=True)] if args.prefetch else []
-            cfgs += [base._replace(BT=bt) for bt in args.BT] + [base._replace(early_h0=True)] * args.early_h0
+            cfgs += [base._replace(BT=bt) for bt in args.BT]
+            cfgs += [base._replace(state_items=not base.state_items)] * args.other_items
             for cfg in cfgs:
                 try:
                     for line in check_gdn_tree(T, dtype, cfg):

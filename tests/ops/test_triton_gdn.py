@@ -100,15 +100,16 @@ def test_gdn_tree_tile_sizes(kind: str, BT: int) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [dict(prefetch=True), dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64)],
-    ids=["prefetch", "stages2", "warps", "BV64"],
+    [dict(prefetch=True), dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64),
+     dict(state_items=False), dict(state_items=True), dict(BT=64, state_items=False)],
+    ids=["prefetch", "stages2", "warps", "BV64", "tile-items", "state-items", "BT64"],
 )
 def test_gdn_tree_launch_options(change: dict) -> None:
     """Every launch option computes the same function (chain and proposal trees, pad tiles skipped)."""
     T = 200 if FULL else 45  # 45 with BT=16: TP=64, the last tile is empty and skipped
     for kind in ("chain", "proposal"):
         par = torch.tensor([random_parents(T, 3, kind)], device=DEVICE)
-        check(par, torch.float32, False, True, seed=5, config=GDNTreeConfig(BT=16, **change), **SHAPE)
+        check(par, torch.float32, False, True, seed=5, config=GDNTreeConfig(**{"BT": 16, **change}), **SHAPE)
 
 
 def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
@@ -123,7 +124,9 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
     T = 160 if FULL else 37
     for kind, prefetch in (("chain", False), ("proposal", True), ("random", False)):
         par = torch.tensor([random_parents(T, 4, kind, pads=3)], device=DEVICE)
-        check(par, torch.float32, False, True, seed=6, config=GDNTreeConfig(BT=16, prefetch=prefetch), **SHAPE)
+        for items in (True, False):
+            cfg = GDNTreeConfig(BT=16, prefetch=prefetch, state_items=items)
+            check(par, torch.float32, False, True, seed=6, config=cfg, **SHAPE)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x3"])

@@ -355,8 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(prep_warps=2), dict(prep_warps=8), dict(precision="tf32"), dict(prefetch=True), dict(BVP=64),
-    dict(BVP=16), dict(early_h0=True), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(BT=16),
+    {}, dict(BT=32), dict(BT=32, prep_warps=2), dict(BT=32, state_items=True, prep_warps=2), dict(prep_warps=2),
+    dict(prep_warps=8), dict(precision="tf32"), dict(prefetch=True), dict(BVP=64), dict(BV=16), dict(num_warps=8),
 ]  # fmt: skip
 
 
@@ -542,13 +542,13 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | precision | prep warps | BVP | early H0 | prefetch | us | err |",
+            "| T | kind | BT | BV | warps | precision | prep warps | BVP | state items | prefetch | us | err |",
             "|" + "---:|" * 12,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | "
-                f"{r['precision']} | {r['prep_warps']} | {r['BVP']} | {r['early_h0']} | {r['prefetch']} "
+                f"{r['precision']} | {r['prep_warps']} | {r['BVP']} | {r['state_items']} | {r['prefetch']} "
                 f"| {f(r.get('us'))} "
                 f"| {f(r.get('err'), '{:.1e}')} |"
             )

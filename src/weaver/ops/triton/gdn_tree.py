@@ -28,6 +28,7 @@ inputs are exact products with fp32 accumulation; fp32 x fp32 products follow `p
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -52,18 +53,20 @@ class GDNTreeConfig(NamedTuple):
     prep_warps: int = 4  # of the prep kernel
     prep_stages: int = 1  # of the prep kernel
     BVP: int = 32  # value columns per state work item of the prep kernel
-    early_h0: bool = False  # prep: issue the state item's H0 load before its X_ii work (latency vs registers)
+    state_items: bool = True  # prep: state products as their own work items (else in each tile's program)
     prefetch: bool = False  # solve: load the next block of B (chain) and P (output) during the current step
 
 
 def default_config(T: int, V: int) -> GDNTreeConfig:
-    """The fixed configuration for T nodes: 16-row tiles for T <= 16, else 32 (64-row tiles were faster at
-    T=128 in the v4 sweep but hit an illegal address on the H200 with the v5 prep: benchmarks/results/kernels/
-    NOTES.md); 8 warps for both kernels once 4 warps' registers no longer hold the [T, BV] residual and the
-    prep's tiles (T > 128)."""
-    BT = 16 if T <= 16 else 32
-    wide = T > 128
-    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if wide else 4, prep_warps=8 if wide else 4)
+    """The fixed configuration for T nodes, from the H200 sweeps (benchmarks/results/kernels/NOTES.md): up to
+    32 nodes, one or two tiles of 16/32 rows with the state products as their own work items on 2-warp
+    programs; from 64 nodes, 64-row tiles (half the solve's chain) whose programs do their own state products;
+    8 warps for the solve once 4 warps' registers no longer hold its [T, BV] residual (T > 128).
+    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
+    small = T <= 32
+    BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or (16 if T <= 16 else 32 if small else 64)
+    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if T > 128 else 4, prep_warps=2 if small else 4,
+                         state_items=small)  # fmt: skip
 
 
 def tile_rows(T: int, BT: int) -> int:
@@ -132,13 +135,15 @@ def gdn_tree_prep_kernel(
     q, k, v, g, beta, h0, anc, depth, bmat, pmat, xr, qh, aux_k, aux_G, scale, T,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
-    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, EARLY_H0: tl.constexpr, INTERPRET: tl.constexpr,
+    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, STATE_ITEMS: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Everything that needs no Delta; work item w (axis 0) of one batch row x value head (axis 1):
       w < NT             tile i = w: aux.G, aux.k, P_ii, and for every earlier tile j B_ij = X_ii A_ij, P_ij;
-      w = NT + i*NVC + c  tile i, value chunk c: Xr = X_ii beta (v - e^G K_i H0), QH = e^G Q_i H0.
-    Both recompute X_ii (cheap dots) so that no item waits for another. Scalar int64 base pointers per
-    (batch row, head), int32 offsets inside (fewer registers)."""
+                         without STATE_ITEMS also the state products of tile i, all value chunks in turn;
+      w = NT + i*NVC + c  (STATE_ITEMS) tile i, value chunk c: Xr = X_ii beta (v - e^G K_i H0), QH = e^G Q_i H0.
+    State items recompute X_ii (cheap dots) so that no item waits for another: more, shorter programs (the
+    H200 sweep: better for one or two tiles, worse from four). Scalar int64 base pointers per (batch row,
+    head), int32 offsets inside (fewer registers)."""
     w, i_bh = tl.program_id(0), tl.program_id(1)
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
@@ -161,10 +166,6 @@ def gdn_tree_prep_kernel(
         i = (w - NT) // NVC
     o_i = i * BT + o_t
     m_i = o_i < T
-    if USE_H0 and EARLY_H0:  # a state item's H0 chunk load goes out first, to overlap the X_ii work below
-        o_v = tl.where(w >= NT, (w - NT) % NVC, NVC) * BVP + tl.arange(0, BVP)  # diagonal items: all masked
-        b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
-                      mask=m_k[:, None] & (o_v < V)[None, :], other=0)  # fmt: skip
     b_ga = tl.load(p_g + o_a * HV, mask=m_a, other=0).to(tl.float32)
     b_Gi, b_ki, b_qi, b_rki, b_rqi, b_beta, b_dec, b_x = _diag_tile(
         p_q, p_k, p_beta, p_anc, depth, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, i_b, scale, T,
@@ -194,29 +195,40 @@ def gdn_tree_prep_kernel(
             tl.store(p_b + o_i[:, None] * TP + o_j[None, :], mm(b_x, b_a, PREC, INTERPRET))
             b_pj = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * (b_rkj[None, :] * b_decj)
             tl.store(p_m + o_i[:, None] * TP + o_j[None, :], b_pj)
+        if not STATE_ITEMS:  # this program also does the state products of its tile, chunk by chunk
+            for c in range(0, NVC):
+                _state_chunk(v, h0, xr, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, b_x, o_i, m_i, o_k, m_k, c,
+                             i_b, i_bh, i_hv, T, K, V, HV, BVP, TP, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
     else:
-        o_v = ((w - NT) % NVC) * BVP + tl.arange(0, BVP)
-        m_iv = m_i[:, None] & (o_v < V)[None, :]
-        b_rhs = tl.load(v + i_b * T * HV * V + i_hv * V + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv,
-                        other=0).to(tl.float32)  # fmt: skip
-        o_x = i_bh.to(tl.int64) * TP * V + o_i[:, None] * V + o_v[None, :]  # [TP, V] per (batch row, value head)
-        if USE_H0:
-            if not EARLY_H0:
-                b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
-                              mask=m_k[:, None] & (o_v < V)[None, :], other=0)  # fmt: skip
-            b_h = b_h.to(tl.float32)
-            if LOWP and PREC == 3:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
-                b_hhi = b_h.to(tl.bfloat16)
-                b_hlo = (b_h - b_hhi.to(tl.float32)).to(tl.bfloat16)
-                b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
-                b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
-            else:
-                b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
-                b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
-            b_eG = tl.exp(b_Gi)
-            b_rhs -= (b_eG * b_rki)[:, None] * b_kh
-            tl.store(qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
-        tl.store(xr + o_x, mm(b_x, b_beta[:, None] * b_rhs, PREC, INTERPRET), mask=m_iv)
+        _state_chunk(v, h0, xr, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, b_x, o_i, m_i, o_k, m_k, (w - NT) % NVC,
+                     i_b, i_bh, i_hv, T, K, V, HV, BVP, TP, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
+
+
+@triton.jit
+def _state_chunk(v, h0, xr, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, b_x, o_i, m_i, o_k, m_k, c, i_b, i_bh, i_hv,
+                 T, K: tl.constexpr, V: tl.constexpr, HV: tl.constexpr, BVP: tl.constexpr, TP: tl.constexpr,
+                 USE_H0: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """Value chunk c of tile i: Xr = X_ii beta (v - e^G K_i H0) and QH = e^G Q_i H0 (scaled, normalised)."""
+    o_v = c * BVP + tl.arange(0, BVP)
+    m_iv = m_i[:, None] & (o_v < V)[None, :]
+    b_rhs = tl.load(v + i_b * T * HV * V + i_hv * V + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv,
+                    other=0).to(tl.float32)  # fmt: skip
+    o_x = i_bh.to(tl.int64) * TP * V + o_i[:, None] * V + o_v[None, :]  # [TP, V] per (batch row, value head)
+    if USE_H0:
+        b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)  # fmt: skip
+        if LOWP and PREC == 3:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
+            b_hhi = b_h.to(tl.bfloat16)
+            b_hlo = (b_h - b_hhi.to(tl.float32)).to(tl.bfloat16)
+            b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
+            b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
+        else:
+            b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
+            b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
+        b_eG = tl.exp(b_Gi)
+        b_rhs -= (b_eG * b_rki)[:, None] * b_kh
+        tl.store(qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
+    tl.store(xr + o_x, mm(b_x, b_beta[:, None] * b_rhs, PREC, INTERPRET), mask=m_iv)
 
 
 @triton.jit
@@ -339,11 +351,12 @@ def gdn_tree_fwd(
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
     NT = triton.cdiv(T, BT)
-    gdn_tree_prep_kernel[(NT * (1 + triton.cdiv(V, config.BVP)), B * HV)](
+    n_items = NT * (1 + triton.cdiv(V, config.BVP)) if config.state_items else NT
+    gdn_tree_prep_kernel[(n_items, B * HV)](
         q, k, v, g, beta, h0, tree.anc, tree.depth, bmat, pmat, xr, qh, aux.k, aux.G, float(scale), T,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
-        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec, EARLY_H0=config.early_h0,
-        INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
+        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec,
+        STATE_ITEMS=config.state_items, INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
     )  # fmt: skip
     if not run_solve:
         return o, aux
