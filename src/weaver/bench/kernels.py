@@ -317,7 +317,7 @@ def reference(s: dict) -> torch.Tensor:
     from weaver.ops.gdn import gdn_tree
 
     d = [s[n].double() for n in ("q", "k", "v", "g", "beta")]
-    o, _ = gdn_tree(*d, s["par"], initial_state=s["h0"].double())
+    o, _ = gdn_tree(*d, s["par"], initial_state=None if s["h0"] is None else s["h0"].double())
     return o
 
 

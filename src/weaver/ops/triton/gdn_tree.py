@@ -404,6 +404,10 @@ def gdn_tree(
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")
     check_device(q, k, v, g, beta, initial_state, tree.anc)
     cfg = config if config is not None else default_config(T, V)
+    if config is None and initial_state is None and cfg.BT == 64:
+        # 64-row tiles without an initial state hit an illegal address on the H200 (triton 3.6, cause not
+        # found: benchmarks/results/kernels/NOTES.md); 32-row tiles are correct there
+        cfg = cfg._replace(BT=32)
     scale = K**-0.5 if scale is None else scale
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     if initial_state is not None:
