@@ -18,6 +18,7 @@ os.environ["TRITON_INTERPRET"] = "0"  # before triton / weaver.ops.triton are im
 
 import importlib  # noqa: E402
 
+import torch  # noqa: E402
 import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
@@ -51,9 +52,7 @@ def report(name: str, kern) -> str:
 def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
-    prec = precision_code(cfg.precision, None if dtype == "bf16" else __import__("torch").float32)
-    if dtype == "bf16" and cfg.precision == "auto":
-        prec = 3
+    prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
     TP = gt.tile_rows(T, cfg.BT)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
     prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "bmat", "pmat", "xr", "qh", "aux_k", "aux_G")}
@@ -83,7 +82,7 @@ def main() -> None:
     print("triton", triton.__version__)
     for T in args.T:
         for dtype in args.dtype:
-            base = gt.default_config(T, 128)
+            base = gt.default_config(T, 128, torch.bfloat16 if dtype == "bf16" else torch.float32)
             cfgs = [base] + [base._replace(BV=bv) for bv in args.BV] + [base._replace(num_warps=w) for w in args.warps]
             cfgs += [base._replace(prep_warps=w) for w in args.prep_warps]
             cfgs += [base._replace(prefetch=True)] if args.prefetch else []

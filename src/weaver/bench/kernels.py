@@ -133,7 +133,7 @@ def method_prep(s: dict):
 
     tree = wt.build_tree_structure(s["par"])
     T, K, V = s["q"].shape[1], s["q"].shape[3], s["v"].shape[3]
-    cfg = default_config(T, V)
+    cfg = default_config(T, V, s["q"].dtype)
     return lambda: gdn_tree_fwd(s["q"], s["k"], s["v"], s["g"], s["beta"], tree, K**-0.5, s["h0"], False, cfg,
                                 s["v"].dtype, run_solve=False)  # fmt: skip
 
