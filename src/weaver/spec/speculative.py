@@ -88,17 +88,23 @@ class SpeculativeDecoder:
     ) -> tuple[AcceptResult, torch.Tensor]:
         """Advance `state` by one verify pass; returns the accept result and the emitted tokens [B, P]."""
         clock = _Clock(self._sync, times)
-        draft = self.stage_draft(state)
-        clock.lap("draft")
-        tree = self.stage_build(state, draft, cfg)
-        clock.lap("build")
-        out = self.stage_verify(state, tree)
-        clock.lap("verify")
-        result = self._accept(tree, out.logits, cfg, generator, path_len=self.path_len(draft))
-        clock.lap("accept")
-        emitted = self.stage_commit(state, tree, out, result)
-        clock.lap("commit")
-        return result, emitted
+        out: dict[str, object] = {}
+        for name, run in self.stage_calls(state, cfg, generator, out).items():
+            out[name] = run()
+            clock.lap(name)
+        return out["accept"], out["commit"]
+
+    def stage_calls(self, state: SpecState, cfg: SpecConfig, generator, out: dict) -> dict[str, Callable[[], object]]:
+        """The round as five calls, in order; each reads the earlier stages' results from `out` by name."""
+        return {
+            "draft": lambda: self.stage_draft(state),  # 1) draft
+            "build": lambda: self.stage_build(state, out["draft"], cfg),  # 2) build
+            "verify": lambda: self.stage_verify(state, out["build"]),  # 3) verify
+            "accept": lambda: self._accept(  # 4) accept
+                out["build"], out["verify"].logits, cfg, generator, path_len=self.path_len(out["draft"])
+            ),
+            "commit": lambda: self.stage_commit(state, out["build"], out["verify"], out["accept"]),  # 5) commit
+        }
 
     # The five stages, also captured one CUDA graph each by `spec.round_graphs` (no host syncs inside).
     def stage_draft(self, state: SpecState):
