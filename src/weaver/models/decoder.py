@@ -101,10 +101,12 @@ class Decoder(nn.Module):
         last_only: bool = False,  # logits of the last position only (prefill)
         select: torch.Tensor | None = None,  # [B, K] positions whose logits are wanted (device tensor)
         capture_layers: tuple[int, ...] = (),
+        ancestors: torch.Tensor | None = None,  # [B, T, T] the tree's ancestor-or-self mask, if already built
     ) -> ForwardOutput:
         b, t = tokens.shape
         step = build_step(
-            cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window()
+            cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window(),
+            ancestors=ancestors,
         )
         if step.is_tree and self.config.has_gdn:
             step.tree_structure = backend.build_tree_structure(parents)

@@ -32,6 +32,16 @@ class FusedLinear:
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
         return list(torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, dim=-1))
 
+    def part(self, first: int, count: int) -> FusedLinear:
+        """The fused projection of linears first .. first + count - 1 alone (views of this one's tensors)."""
+        part = object.__new__(FusedLinear)
+        start = sum(self.sizes[:first])
+        part.sizes = self.sizes[first : first + count]
+        rows = slice(start, start + sum(part.sizes))
+        part.weight = self.weight[rows]
+        part.bias = None if self.bias is None else self.bias[rows]
+        return part
+
 
 def fuse_projections(model: nn.Module) -> nn.Module:
     """Give every attention, GDN and MLP block a `fused` projection (idempotent)."""

@@ -112,17 +112,18 @@ class SpeculativeDecoder:
         return self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
 
     def stage_build(self, state: SpecState, draft, cfg: SpecConfig) -> DraftTree:
-        """2) build: a tree within the budget."""
+        """2) build: a tree within the budget, carrying its ancestor mask (verify and accept share it)."""
         return get_builder(cfg.method)(
             state.root, draft.logits, cfg.budget, adapter=self.adapter, target_hidden=state.target_hidden,
             draft_hidden=draft.hidden, **cfg.builder_options,
-        )
+        ).with_ancestors()
 
     def stage_verify(self, state: SpecState, tree: DraftTree):
         """3) verify: one target pass over every node (committed state read-only)."""
         verify = self.fast_verify or self.target
         return verify(
-            tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers
+            tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers,
+            ancestors=tree.ancestor_mask(),
         )
 
     def stage_commit(self, state: SpecState, tree: DraftTree, out, result: AcceptResult) -> torch.Tensor:
