@@ -278,7 +278,7 @@ def _load_drafter(spec: str | None, target: Decoder, seed: int):
         drafter = DFlashDrafter.random(target.config, num_layers=size, seed=seed)
     else:
         drafter = DFlashDrafter.from_pretrained(spec)
-    return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
+    return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False).fuse_projections()
 
 
 def _load_adapter(spec: str | None, target: Decoder, seed: int):
