@@ -106,7 +106,7 @@ class SpeculativeDecoder:
             "commit": lambda: self.stage_commit(state, out["build"], out["verify"], out["accept"]),  # 5) commit
         }
 
-    # The five stages, also captured one CUDA graph each by `spec.round_graphs` (no host syncs inside).
+    # The five stages, captured by `spec.round_graphs` into one graph per round or one each (no host syncs).
     def stage_draft(self, state: SpecState):
         """1) draft: marginals of the next block-1 tokens after the root."""
         return self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
