@@ -3,8 +3,8 @@
 # the previous call) and .whl: see setup.sh. Steps (each can be switched off to fit a 10-minute call):
 #   ROUNDS_TESTS=1  the Triton verify / decode kernels compiled at full size against their references
 #   ROUNDS_CHECK=1  captured rounds (one graph per round, and one per stage) give exactly the ar tokens
-#   ROUNDS_SWEEP=0  scripts/gpu/verify_sweep.py (~3 min), then the benches once more with its table
-#                   (WEAVER_TRITON_TUNING): files *_tuned.*
+#   ROUNDS_SWEEP=0  scripts/gpu/verify_sweep.py (~3 min), then the benches with its table
+#                   (WEAVER_TRITON_TUNING): files *_tuned.* (independent of ROUNDS_BENCH)
 #   ROUNDS_BENCH=1  SmolLM2 bf16, random 3-layer drafter, random width-512 Weaver: ar + chain (block 16)
 #                   and ar + weaver (budget 64); the round from one captured graph, stages from five
 set -e
@@ -34,7 +34,5 @@ if [ "${ROUNDS_BENCH:-1}" = "1" ]; then
 fi
 if [ "${ROUNDS_SWEEP:-0}" = "1" ]; then
   python3 scripts/gpu/verify_sweep.py --out "$OUT/verify_sweep.json" 2>&1 | tee "$OUT/verify_sweep.txt"
-  if [ "${ROUNDS_BENCH:-1}" = "1" ]; then
-    WEAVER_TRITON_TUNING="$OUT/verify_sweep.json" bench _tuned
-  fi
+  WEAVER_TRITON_TUNING="$OUT/verify_sweep.json" bench _tuned
 fi
