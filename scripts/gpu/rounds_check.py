@@ -1,8 +1,9 @@
 """H200: greedy speculative output through the captured round graphs equals `method="ar"` (fp32, tiny models).
 
-    WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py    # eager stages, every preset / prompt / budget
+    WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py    # eager stages, every preset / prompt / budget / mode
     python3 scripts/gpu/rounds_check.py --quick              # compiled draft + build stages, one config each
-Prints one line per (preset, method, budget) and exits 1 on any mismatch.
+Both capture modes run (--quick: "round" only): one graph per round ("round") and one per stage ("stages").
+Prints one line per (preset, method, budget, mode) and exits 1 on any mismatch.
 """
 
 from __future__ import annotations
@@ -21,12 +22,16 @@ def main(quick: bool) -> int:
             want = llm.generate(prompt, max_new_tokens=48, ignore_eos=True).token_ids
             for method in ("chain", "ddtree", "weaver"):
                 for budget in (64,) if quick else (8, 64):
-                    out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=48, ignore_eos=True)
-                    same = out.token_ids == want
-                    bad += not same
-                    print(f"{preset} {method:6s} budget {budget:2d}: equal to ar {same} (tau {out.stats.tau:.2f}, "
-                          f"graphs {llm._spec.last_round_graphed}, compiled stages "
-                          f"{[g.compiled for g in llm._spec._graphs.values() if g][-1:]})", flush=True)
+                    for mode in ("round",) if quick else ("round", "stages"):
+                        llm.engine.round_graphs = mode
+                        out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=48, ignore_eos=True)
+                        same = out.token_ids == want
+                        bad += not same
+                        graphs = [g for key, g in llm._spec._graphs.items() if key[0] == method and key[-1] == mode]
+                        print(f"{preset} {method:6s} budget {budget:2d} {mode:6s}: equal to ar {same} "
+                              f"(tau {out.stats.tau:.2f}, graphs {llm._spec.last_round_graphed}, compiled stages "
+                              f"{[g.compiled for g in graphs if g][-1:]})", flush=True)
+        llm.engine.round_graphs = "round"
     return 1 if bad else 0
 
 

@@ -37,8 +37,9 @@ class GenerationStats:
     seconds: float  # wall time of prefill + decoding
     tokens_per_s: float  # new_tokens / seconds
     finish_reason: str  # "eos" | "stop" | "length"
-    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # total seconds per stage
     accepted_per_depth: list[int] = field(default_factory=list)
+    stage_samples: dict[str, list[float]] = field(default_factory=dict)  # per round (prefill: once), seconds
 
 
 @dataclass
@@ -261,6 +262,7 @@ class LLM:
                 tokens_per_s=len(out_ids) / seconds if seconds > 0 else 0.0,
                 finish_reason=finish,
                 stage_seconds=dict(stats.stage_seconds),
+                stage_samples={k: list(v) for k, v in stats.stage_samples.items()},
                 accepted_per_depth=list(stats.accepted_per_depth),
             ),
         )
@@ -278,7 +280,7 @@ def _load_drafter(spec: str | None, target: Decoder, seed: int):
         drafter = DFlashDrafter.random(target.config, num_layers=size, seed=seed)
     else:
         drafter = DFlashDrafter.from_pretrained(spec)
-    return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
+    return drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False).fuse_projections()
 
 
 def _load_adapter(spec: str | None, target: Decoder, seed: int):

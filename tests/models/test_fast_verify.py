@@ -100,3 +100,19 @@ def test_fast_verify_refuses_unsupported_models():
     llm = weaver.LLM.from_config("tiny-qwen3_5", seed=0, device="cpu", dtype="fp32")
     with pytest.raises(ValueError, match="GDN layers"):
         FastVerifier(llm.model)
+
+
+@torch.no_grad()
+def test_given_ancestor_mask_is_used_as_is():
+    """`ancestors=` (a DraftTree's mask; a chain's is an expanded tril view) gives the results of the built one."""
+    from weaver.spec.tree import DraftTree
+
+    model = _model("tiny-llama")
+    tree = DraftTree.chain(torch.tensor([3, 4]), torch.tensor([[5, 6, 7], [8, 9, 10]]))
+    assert tree.ancestors.stride(0) == 0
+    caches = [model.allocate_cache(2, 16) for _ in range(3)]
+    want = model(tree.tokens, caches[0], parents=tree.parents, depth=tree.depth)
+    given = model(tree.tokens, caches[1], parents=tree.parents, depth=tree.depth, ancestors=tree.ancestor_mask())
+    fast = FastVerifier(model)(tree.tokens, caches[2], tree.parents, tree.depth, ancestors=tree.ancestor_mask())
+    assert torch.equal(want.logits, given.logits)
+    assert_close("fast verify", want.logits, fast.logits, 1e-5)

@@ -28,9 +28,10 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
     residual=st.booleans(),
     fp32_out=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    config=st.sampled_from([None, (2, 64, 1), (16, 16, 4)]),  # (BLOCK_N, BLOCK_K, num_warps); None: gemv_config
     seed=st.integers(0, 10_000),
 )
-def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, dtype, seed):
+def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, dtype, config, seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
@@ -39,7 +40,8 @@ def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out,
     res = torch.randn(m, n_out, generator=gen).to(dtype).to(DEVICE) if residual else None
     out_dtype = torch.float32 if fp32_out else None
     kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
-    got = wt.fused_gemv(x, w, **kw)
+    got = wt.fused_gemv(x, w, **kw, config=config)
+
     def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
         return t.double() if t is not None and dtype == torch.float32 else t
 

@@ -7,6 +7,7 @@ output equals plain attention over the committed prefix followed by the path roo
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -18,10 +19,13 @@ from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 from weaver.ops import triton as wt
 from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_attention_ref, tree_rope_kv_write_ref
 from weaver.ops.tree import ancestor_mask, node_depth
+from weaver.ops.triton import tuning
+from weaver.ops.triton.decode import GemmTiles
 from weaver.testing import assert_close, root_path
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 HEADS = [(9, 3), (4, 4), (8, 2), (4, 1)]
+TILES = [None, GemmTiles(16, 16, 16, 1, 1), GemmTiles(32, 32, 64, 2, 2), GemmTiles(16, 64, 32, 8, 4)]
 
 
 @st.composite
@@ -69,9 +73,11 @@ def _inv_freq(d: int, rot_frac: float) -> torch.Tensor:
     fp32_out=st.booleans(),
     norm_out=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    tiles=st.sampled_from(TILES),  # None: the default launch
     seed=st.integers(0, 10_000),
 )
-def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, norm_out, dtype, seed):
+def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, norm_out, dtype, tiles,
+                                                seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
@@ -81,7 +87,7 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     out_dtype = torch.float32 if fp32_out else None
     normed = torch.full_like(x, float("nan")) if norm_out else None
     kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
-    got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True)
+    got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True, tiles=tiles)
 
     def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
         return t.double() if t is not None and dtype == torch.float32 else t
@@ -91,7 +97,7 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     assert_close("fused_gemv rows", want, got, TOL[dtype])
     if norm_out:
         assert_close("norm_out", rms_norm_ref(exact(x), exact(nw), 1e-5), normed, TOL[dtype])
-    if m >= 16 and not norm_out:  # the default dispatch takes the row tiles from 16 rows on
+    if m >= 16 and not norm_out and tiles is None:  # the default dispatch takes the row tiles from 16 rows on
         assert torch.equal(wt.fused_gemv(x, w, **kw), got)
 
 
@@ -102,6 +108,36 @@ def test_fused_gemv_rejects_bad_norm_out():
         wt.fused_gemv(x, w, norm_out=torch.empty_like(x))
     with pytest.raises(ValueError, match="row-tiled"):
         wt.fused_gemv(x, w, norm_weight=torch.ones(8, device=DEVICE), norm_out=torch.empty_like(x), row_tiles=False)
+    with pytest.raises(ValueError, match="tiles configure the row-tiled"):
+        wt.fused_gemv(x, w, row_tiles=False, tiles=GemmTiles(16, 16, 16))
+    with pytest.raises(ValueError, match="powers of two >= 16"):
+        wt.fused_gemv(x, w, tiles=GemmTiles(16, 8, 16))
+
+
+def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
+    """WEAVER_TRITON_TUNING: a kernel takes its shape's entry (here deliberately invalid, so it shows)."""
+    x, w = torch.zeros(16, 8, device=DEVICE), torch.zeros(4, 8, device=DEVICE)
+    gemm = tuning.gemm_rows_key(4, 8, 16, torch.float32, torch.float32, False, False, False, False)
+    attn = tuning.attention_key(3, 4, 2, 4, torch.float32)
+    table = {"best": {"gemm_rows": {gemm: {"config": [16, 16, 8, 1, 1]}},
+                      "tree_attention": {attn: {"config": [24, 16, 4, 3]}}}}
+    path = tmp_path / "tuning.json"
+    path.write_text(json.dumps(table))
+    monkeypatch.setenv(tuning.ENV, str(path))
+    assert tuning.tuned("gemm_rows", gemm) == [16, 16, 8, 1, 1] and tuning.tuned("gemm_rows", "n1") is None
+    with pytest.raises(ValueError, match="powers of two >= 16"):
+        wt.fused_gemv(x, w)
+    assert wt.fused_gemv(x[:15], w, row_tiles=True).shape == (15, 4)  # another shape: the default launch
+    ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
+    lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)
+    q = torch.zeros(3, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="block_r and block_s must be powers of two"):
+        wt.tree_attention(q, ck, ck, lengths, anc, 4, 2)
+    assert wt.tree_attention(q, ck, ck, lengths, anc, 4, 2, num_warps=2).shape == (3, 16)  # given: no lookup
+    monkeypatch.setenv(tuning.ENV, str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="not a readable tuning table"):
+        tuning.tuned("gemm_rows", gemm)
 
 
 @settings(max_examples=5 if FULL else 25, deadline=None)
@@ -113,9 +149,10 @@ def test_fused_gemv_rejects_bad_norm_out():
     prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 40),
     qk_norm=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    num_warps=st.sampled_from([None, 1, 8]),
     seed=st.integers(0, 10_000),
 )
-def test_tree_rope_kv_write_matches_reference(rows, heads, d, rot_frac, prefix, qk_norm, dtype, seed):
+def test_tree_rope_kv_write_matches_reference(rows, heads, d, rot_frac, prefix, qk_norm, dtype, num_warps, seed):
     gen = torch.Generator().manual_seed(seed)
     parents = torch.tensor(rows)
     b, t = parents.shape
@@ -130,7 +167,7 @@ def test_tree_rope_kv_write_matches_reference(rows, heads, d, rot_frac, prefix, 
     args = [lengths, depth, inv_freq, h, hkv, qn, kn]
     dev = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
     ck_dev, cv_dev = ck.to(DEVICE), cv.to(DEVICE)
-    got = wt.tree_rope_kv_write(qkv.to(DEVICE), ck_dev, cv_dev, *dev, eps=1e-6)
+    got = wt.tree_rope_kv_write(qkv.to(DEVICE), ck_dev, cv_dev, *dev, eps=1e-6, num_warps=num_warps)
     want = tree_rope_kv_write_ref(qkv, ck2, cv2, *args, eps=1e-6)
     assert_close("q", want, got, TOL[dtype])
     assert_close("cache_k", ck2, ck_dev, TOL[dtype])  # the tree's slots written, every other slot untouched
@@ -168,7 +205,8 @@ def _attention_inputs(rows, heads, d, prefix, dtype, seed):
     heads=st.sampled_from(HEADS),
     d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
     prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
-    blocks=st.sampled_from([(None, None), (16, 16), (16, 32)]),  # (rows, slots) per program / step
+    # (rows, slots) per program / step, warps, stages
+    blocks=st.sampled_from([(None, None, None, None), (16, 16, None, None), (16, 32, 2, 1), (32, 16, 8, 4)]),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 10_000),
 )
@@ -176,9 +214,9 @@ def test_tree_attention_matches_reference(rows, heads, d, prefix, blocks, dtype,
     parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, dtype, seed)
     anc = ancestor_mask(parents)
     h, hkv = heads
-    block_r, block_s = blocks
+    block_r, block_s, warps, stages = blocks
     got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE), anc.to(DEVICE), h, hkv,
-                            block_r=block_r, block_s=block_s)
+                            block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
     want = tree_attention_ref(q, ck, cv, lengths, anc, h, hkv)
     assert_close("tree_attention", want, got, TOL[dtype])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -260,6 +261,30 @@ def test_learned_mask_embedding_equals_mask_token_path():
     a, _ = run(with_token, features, [6, 3], [2, 9], embed, head)
     b, _ = run(learned, features, [6, 3], [2, 9], embed, head)
     assert_close("logits", a.logits, b.logits, 1e-6)
+
+
+def test_fused_projections_change_nothing():
+    """fuse_projections (one context GEMM for every layer, fused k|v and gate|up) gives the unfused results."""
+    plain = make_drafter(layer_types=["sliding_attention", "full_attention"], sliding_window=4, attention_bias=True)
+    with torch.no_grad():
+        for layer in plain.layers:
+            layer.self_attn.k_proj.bias.normal_()
+    fused = copy.deepcopy(plain).fuse_projections()
+    assert fused.context_kv is not None and all(layer.mlp.fused is not None for layer in fused.layers)
+    state = plain.state_dict()
+    assert fused.state_dict().keys() == state.keys()
+    assert all(torch.equal(t, state[name]) for name, t in fused.state_dict().items())
+    embed, head = target_io()
+    features = random_features(plain, 2, 10)
+    want, want_ctx = run(plain, features, [10, 4], [3, 5], embed, head)
+    got, got_ctx = run(fused, features, [10, 4], [3, 5], embed, head)
+    assert_close("logits", want.logits, got.logits, 1e-6)
+    for i, (a, b) in enumerate(zip(want_ctx.k + want_ctx.v, got_ctx.k + got_ctx.v)):
+        assert_close(f"context K/V {i}", a, b, 1e-6)
+    moved = fused.to(torch.float64)  # moving drops the fusion (the parameters moved one by one)
+    assert moved.context_kv is None and moved.layers[0].self_attn.fused_kv is None
+    assert_close("moved", want.logits.double(), run(moved, features.double(), [10, 4], [3, 5],
+                                                    embed.double(), head.double())[0].logits, 1e-6)
 
 
 def test_random_is_deterministic_and_runs_in_bf16():

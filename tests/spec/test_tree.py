@@ -81,6 +81,21 @@ def test_ancestor_mask_matches_walk(seed):
             assert t.children(b, i) == [j for j in range(len(par)) if par[j] == i]
 
 
+def test_with_ancestors_carries_the_computed_mask():
+    rng = random.Random(3)
+    lists = [random_tree(rng, vocab=4, max_depth=4, max_nodes=12) for _ in range(2)]
+    t = DraftTree.from_parent_lists([p for p, _ in lists], [k for _, k in lists])
+    assert t.ancestors is None
+    carried = t.with_ancestors()
+    assert torch.equal(carried.ancestors, t.ancestor_mask()) and carried.ancestor_mask() is carried.ancestors
+    assert carried.with_ancestors() is carried
+    chain = DraftTree.chain(torch.tensor([1, 2]), torch.tensor([[3, 4, 5], [6, 7, 8]]))
+    plain = DraftTree(chain.tokens, chain.parents, chain.depth, chain.valid)  # no stored mask
+    assert torch.equal(chain.ancestor_mask(), plain.ancestor_mask())  # the chain's tril mask is its true one
+    with pytest.raises(ValueError, match="ancestors has shape"):
+        DraftTree(t.tokens, t.parents, t.depth, t.valid, ancestors=torch.ones(2, 3, 3, dtype=torch.bool))
+
+
 def test_pad_and_stack():
     a = DraftTree.from_parent_lists([[-1, 0, 0, 1]], [[5, 1, 2, 3]], [[0.0, -0.5, -1.0, -0.2]])
     b = DraftTree.chain(torch.tensor([8]), torch.tensor([[4]]))

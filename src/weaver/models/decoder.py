@@ -101,10 +101,12 @@ class Decoder(nn.Module):
         last_only: bool = False,  # logits of the last position only (prefill)
         select: torch.Tensor | None = None,  # [B, K] positions whose logits are wanted (device tensor)
         capture_layers: tuple[int, ...] = (),
+        ancestors: torch.Tensor | None = None,  # [B, T, T] the tree's ancestor-or-self mask, if already built
     ) -> ForwardOutput:
         b, t = tokens.shape
         step = build_step(
-            cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window()
+            cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window(),
+            ancestors=ancestors,
         )
         if step.is_tree and self.config.has_gdn:
             step.tree_structure = backend.build_tree_structure(parents)
@@ -131,12 +133,10 @@ class Decoder(nn.Module):
 
         K/V of path node j moves from slot length+path[j] to slot length+j; GDN states fold the path.
         """
-        valid = path >= 0
-        node = torch.where(valid, path, torch.zeros_like(path))
         base = cache.lengths[:, None]
         offsets = torch.arange(path.shape[1], device=path.device)[None, :]
-        src = base + node
-        dst = torch.where(valid, base + offsets, src)  # padded entries copy a slot onto itself
+        src = base + path.clamp(min=0)
+        dst = torch.where(path >= 0, base + offsets, src)  # padded entries copy a slot onto itself
         cache.compact_attention(src, dst)  # every attention layer at once
         for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
             if isinstance(layer_cache, GDNCache):

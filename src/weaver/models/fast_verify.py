@@ -32,6 +32,7 @@ class FastVerifier(FusedPath):
         parents: torch.Tensor,  # [B, T]: -1 for the root and pad nodes
         depth: torch.Tensor | None = None,  # [B, T]; None: node_depth(parents)
         capture_layers: tuple[int, ...] = (),
+        ancestors: torch.Tensor | None = None,  # [B, T, T] ancestor-or-self mask; None: built here
     ) -> ForwardOutput:
         """Verify one batch of trees: logits [B, T, V] fp32, final-norm hidden, captured layer outputs."""
         k, m = self.kernels, self.model
@@ -39,7 +40,7 @@ class FastVerifier(FusedPath):
         if parents.shape != (b, t):
             raise ValueError(f"parents must be [{b}, {t}] like tokens, got {tuple(parents.shape)}")
         depth = node_depth(parents) if depth is None else depth
-        anc = ancestor_mask(parents)  # [B, T, T], shared by every layer
+        anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
         captured = []

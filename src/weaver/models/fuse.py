@@ -13,9 +13,13 @@ from torch import nn
 
 
 class FusedLinear:
-    """The concatenated weight (and bias) of several nn.Linear over one input, with the split sizes."""
+    """The concatenated weight (and bias) of several nn.Linear over one input, with the split sizes.
 
-    def __init__(self, linears: list[nn.Linear]) -> None:
+    share=True (inference) makes the linears' parameters views of the fused tensors (no longer trainable);
+    share=False leaves them alone and holds a copy.
+    """
+
+    def __init__(self, linears: list[nn.Linear], share: bool = True) -> None:
         self.sizes = [lin.out_features for lin in linears]
         self.weight = torch.cat([lin.weight.data for lin in linears], dim=0)
         has_bias = [lin.bias is not None for lin in linears]
@@ -23,14 +27,28 @@ class FusedLinear:
         if any(has_bias) and not all(has_bias):
             raise ValueError("cannot fuse linears where only some have a bias")
         start = 0
-        for lin, size in zip(linears, self.sizes):
+        for lin, size in zip(linears, self.sizes) if share else ():
             lin.weight = nn.Parameter(self.weight[start : start + size], requires_grad=False)
             if self.bias is not None:
                 lin.bias = nn.Parameter(self.bias[start : start + size], requires_grad=False)
             start += size
 
     def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.nn.functional.linear(x, self.weight, self.bias).split(self.sizes, dim=-1))
+        return list(self.linear(x).split(self.sizes, dim=-1))
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        """Every projection of x, concatenated along the last dim (one GEMM)."""
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    def part(self, first: int, count: int) -> FusedLinear:
+        """The fused projection of linears first .. first + count - 1 alone (views of this one's tensors)."""
+        part = object.__new__(FusedLinear)
+        start = sum(self.sizes[:first])
+        part.sizes = self.sizes[first : first + count]
+        rows = slice(start, start + sum(part.sizes))
+        part.weight = self.weight[rows]
+        part.bias = None if self.bias is None else self.bias[rows]
+        return part
 
 
 def fuse_projections(model: nn.Module) -> nn.Module:

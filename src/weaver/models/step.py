@@ -36,8 +36,12 @@ def build_step(
     parents: torch.Tensor | None = None,
     depth: torch.Tensor | None = None,
     sliding_window: int | None = None,
+    ancestors: torch.Tensor | None = None,
 ) -> StepInputs:
-    """Inputs for a forward over `num_tokens` new tokens per row after `lengths` committed ones."""
+    """Inputs for a forward over `num_tokens` new tokens per row after `lengths` committed ones.
+
+    ancestors: the tree's [B, T, T] ancestor-or-self mask when the caller has it (else computed here).
+    """
     device = lengths.device
     batch = lengths.shape[0]
     node = torch.arange(num_tokens, device=device)
@@ -48,7 +52,7 @@ def build_step(
         anc = anc.expand(batch, num_tokens, num_tokens)
     else:
         positions = lengths[:, None] + depth
-        anc = ancestor_mask(parents)  # [B, T, T] ancestor-or-self
+        anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T] ancestor-or-self
     slot_ids = torch.arange(capacity, device=device)
     committed = slot_ids[None, None, :] < lengths[:, None, None]  # [B, 1, S]
     new = torch.zeros(batch, num_tokens, capacity, dtype=torch.bool, device=device)

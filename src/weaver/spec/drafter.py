@@ -34,9 +34,11 @@ from torch.nn import functional as F
 
 from weaver.models.checkpoint import stored_dtype, write_checkpoint
 from weaver.models.config import ModelConfig
+from weaver.models.fuse import FusedLinear, fuse_projections
 from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope, rope_cos_sin, rope_inv_freq
+from weaver.ops.decode import rms_norm_ref
 from weaver.spec import drafter_io
 from weaver.spec.drafter_io import DrafterConfig, build_target_layer_ids
 
@@ -47,10 +49,21 @@ __all__ = ["DFlashDrafter", "DraftOutput", "DrafterConfig", "DrafterContext", "b
 class DrafterContext:
     """Cached context K/V of every drafter layer plus the context length of each batch row."""
 
-    k: list[torch.Tensor]  # per layer [B, Hkv, S, D], S = capacity + block_size; slot s = position s
-    v: list[torch.Tensor]  # per layer [B, Hkv, S, D]
+    # every layer's K and V as one [B, L, Hkv, S, D] tensor each, S = capacity + block_size; slot s holds
+    # position s. `append_context` writes all layers with one scatter per tensor
+    stacked: tuple[torch.Tensor, torch.Tensor]
     lengths: torch.Tensor  # [B] long: context tokens held = position of the next root
     capacity: int  # context tokens a row can hold; S adds block_size slots so a full row still fits its block
+
+    @property
+    def k(self) -> list[torch.Tensor]:
+        """Per layer [B, Hkv, S, D] (views of `stacked[0]`, taken fresh: autograd-safe after in-place writes)."""
+        return [self.stacked[0][:, i] for i in range(self.stacked[0].shape[1])]
+
+    @property
+    def v(self) -> list[torch.Tensor]:
+        """Per layer [B, Hkv, S, D] (views of `stacked[1]`)."""
+        return [self.stacked[1][:, i] for i in range(self.stacked[1].shape[1])]
 
     @property
     def batch_size(self) -> int:
@@ -58,7 +71,7 @@ class DrafterContext:
 
     @property
     def num_slots(self) -> int:
-        return int(self.k[0].shape[2])
+        return int(self.stacked[0].shape[3])
 
     def reset(self) -> None:
         """Forget the context; buffers keep their addresses (stale slots are masked by `lengths`)."""
@@ -86,12 +99,14 @@ class DrafterAttention(nn.Module):
         self.o_proj = nn.Linear(q_out, cfg.hidden_size, bias=cfg.attention_bias)
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+        self.fused_kv: FusedLinear | None = None  # set by DFlashDrafter.fuse_projections: k and v in one GEMM
 
     def key_value(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V [B, Hkv, T, D] of rows x [B, T, H] (context features or normed block rows)."""
         b, t, _ = x.shape
-        k = self.k_norm(self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        k, v = self.fused_kv(x) if self.fused_kv is not None else (self.k_proj(x), self.v_proj(x))
+        k = self.k_norm(k.view(b, t, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
         return apply_rope(k, *rope), v
 
     def forward(
@@ -138,10 +153,10 @@ class DrafterLayer(nn.Module):
 def write_slots(
     k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
-    """Scatter k, v [B, Hkv, T, D] into the caches [B, Hkv, S, D] at slots [B, T] (graph-capturable)."""
-    index = slots[:, None, :, None].expand_as(k)
-    k_cache.scatter_(2, index, k.to(k_cache.dtype))
-    v_cache.scatter_(2, index, v.to(v_cache.dtype))
+    """Scatter k, v [B, ..., T, D] into the caches [B, ..., S, D] at slots [B, T] (graph-capturable)."""
+    index = slots.view(slots.shape[0], *[1] * (k.dim() - 3), slots.shape[1], 1).expand_as(k)
+    k_cache.scatter_(k.dim() - 2, index, k.to(k_cache.dtype))
+    v_cache.scatter_(k.dim() - 2, index, v.to(v_cache.dtype))
 
 
 def block_mask(
@@ -176,11 +191,31 @@ class DFlashDrafter(nn.Module):
         else:
             self.mask_embedding = None
         self.register_buffer("rope_inv_freq", rope_inv_freq(cfg.rope_config()), persistent=False)
+        self.context_kv: FusedLinear | None = None  # set by fuse_projections: every layer's k, v in one GEMM
+        self.context_k_norm: torch.Tensor | None = None  # set by fuse_projections: [L, 1, D] k-norm weights
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> DFlashDrafter:
-        """After .to()/.cuda()/.half(): RoPE frequencies stay float32, recomputed on the new device."""
+        """After .to()/.cuda()/.half(): RoPE frequencies stay float32, recomputed on the new device.
+
+        Fused projections are dropped (the parameters moved one by one; call fuse_projections again)."""
         super()._apply(fn, recurse)
         self.rope_inv_freq = rope_inv_freq(self.config.rope_config()).to(self.device)
+        self.context_kv = self.context_k_norm = None
+        for layer in self.layers:
+            layer.self_attn.fused_kv = layer.mlp.fused = None
+        return self
+
+    def fuse_projections(self) -> DFlashDrafter:
+        """For inference: every layer's k/v projections in one weight (the context pass is one GEMM; a
+        layer's block k, v one more) and gate/up in one; the parameters become views of the fused weights
+        (not trainable). Moving the drafter afterwards drops the fusion."""
+        attns = [layer.self_attn for layer in self.layers]
+        self.context_kv = FusedLinear([lin for a in attns for lin in (a.k_proj, a.v_proj)])
+        self.context_k_norm = torch.stack([a.k_norm.weight.data for a in attns])[:, None]  # [L, 1, D]
+        for i, attn in enumerate(attns):
+            attn.fused_kv = self.context_kv.part(2 * i, 2)
+            attn.k_norm.weight = nn.Parameter(self.context_k_norm[i, 0], requires_grad=False)
+        fuse_projections(self)  # the MLPs' gate/up
         return self
 
     @property
@@ -271,11 +306,10 @@ class DFlashDrafter(nn.Module):
         Nothing checks the lengths on the device (that would sync): the caller keeps every row <= capacity.
         """
         cfg = self.config
-        shape = (batch_size, cfg.num_key_value_heads, capacity + cfg.block_size, cfg.head_dim)
-        k = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
-        v = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in self.layers]
+        shape = (batch_size, len(self.layers), cfg.num_key_value_heads, capacity + cfg.block_size, cfg.head_dim)
+        stacked = tuple(torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(2))
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
-        return DrafterContext(k=k, v=v, lengths=lengths, capacity=capacity)
+        return DrafterContext(stacked=stacked, lengths=lengths, capacity=capacity)
 
     def fuse_features(self, features: torch.Tensor) -> torch.Tensor:
         """Target features [B, T, n*H] -> one context vector per token [B, T, H]."""
@@ -294,13 +328,27 @@ class DFlashDrafter(nn.Module):
         positions = ctx.lengths[:, None] + j[None, :]  # [B, T]
         slots = positions
         if counts is not None:
-            slots = torch.where(j[None, :] < counts[:, None], positions, torch.full_like(positions, ctx.num_slots - 1))
+            slots = torch.where(j[None, :] < counts[:, None], positions, ctx.num_slots - 1)
         c = self.fuse_features(features)  # [B, T, H]
         rope = rope_cos_sin(positions, self.rope_inv_freq, c.dtype)
-        for layer, k_cache, v_cache in zip(self.layers, ctx.k, ctx.v, strict=True):
-            k, v = layer.self_attn.key_value(c, rope)  # [B, Hkv, T, D]
-            write_slots(k_cache, v_cache, slots, k, v)
+        write_slots(*ctx.stacked, slots, *self.context_key_value(c, rope))  # [B, L, Hkv, T, D]: all layers at once
         ctx.lengths.add_(t if counts is None else counts.to(ctx.lengths.dtype))
+
+    def context_key_value(self, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """Every layer's `key_value` of context vectors c [B, T, H] at once: K, V [B, L, Hkv, T, D].
+
+        One GEMM (the fused weight, else the layers' weights concatenated here), one k-norm, one RoPE."""
+        cfg, num_layers = self.config, len(self.layers)
+        attns = [layer.self_attn for layer in self.layers]
+        fused = self.context_kv or FusedLinear([lin for a in attns for lin in (a.k_proj, a.v_proj)], share=False)
+        b, t, _ = c.shape
+        kv = fused.linear(c).view(b, t, num_layers, 2, cfg.num_key_value_heads, cfg.head_dim)
+        k_norm = self.context_k_norm
+        if k_norm is None:
+            k_norm = torch.stack([a.k_norm.weight for a in attns])[:, None]  # [L, 1, D]
+        k = rms_norm_ref(kv[:, :, :, 0], k_norm, cfg.rms_norm_eps).flatten(2, 3).transpose(1, 2)  # [B, L Hkv, T, D]
+        v = kv[:, :, :, 1].permute(0, 2, 3, 1, 4)  # [B, L, Hkv, T, D]
+        return apply_rope(k, *rope).unflatten(1, (num_layers, cfg.num_key_value_heads)), v
 
     def block_embeddings(self, root: torch.Tensor, embed_tokens: nn.Embedding) -> torch.Tensor:
         """[B, Bk, H]: embed(root), then the MASK row Bk-1 times (the token's embedding or the learned one)."""

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 
 import torch
 
+from weaver.errors import GenerationConfigError
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
 from weaver.models.fast_decode import FastDecoder, unsupported_reason
 from weaver.spec.graphs import GraphedStep
 from weaver.spec.readback import ChunkReadback
-from weaver.spec.round_graphs import graphable
+from weaver.spec.round_graphs import MODES, graphable
 from weaver.spec.sampling import SamplingParams, sample_next_token
 
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
@@ -35,10 +36,12 @@ class RoundStats:
     rounds: int = 0
     emitted: int = 0
     accepted_per_depth: list[int] = field(default_factory=list)
-    stage_seconds: dict[str, float] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)  # totals
+    stage_samples: dict[str, list[float]] = field(default_factory=dict)  # every add_time, in order
 
     def add_time(self, stage: str, seconds: float) -> None:
         self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
+        self.stage_samples.setdefault(stage, []).append(seconds)
 
     @property
     def tau(self) -> float:
@@ -62,6 +65,11 @@ class Engine:
         self.use_cuda_graphs = on_cuda if use_cuda_graphs is None else use_cuda_graphs
         self.compile = (on_cuda and os.environ.get("WEAVER_COMPILE", "1") != "0") if compile is None else compile
         self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
+        # captured speculative rounds: one graph per stage ("stages", the mode checked on the H200) or one
+        # graph per round ("round", WEAVER_ROUND_GRAPHS=round; CPU-tested, not yet run on a GPU)
+        self.round_graphs = os.environ.get("WEAVER_ROUND_GRAPHS", "stages")
+        if self.round_graphs not in MODES:
+            raise GenerationConfigError(f"WEAVER_ROUND_GRAPHS must be one of {MODES}, got {self.round_graphs!r}")
         if fast_decode is None:  # fused Triton decode kernels on CUDA when the model allows them
             fast_decode = on_cuda and os.environ.get("WEAVER_FAST_DECODE", "1") != "0"
             fast_decode = fast_decode and unsupported_reason(model) is None
@@ -204,7 +212,8 @@ class Engine:
         cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)
         use_graphs = self.use_cuda_graphs and graphable(cfg, self.device)
         yield from decoder.generate(
-            cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats, use_graphs, self.timing
+            cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats, use_graphs, self.timing,
+            self.round_graphs,
         )
 
     def _generator(self, seed: int) -> torch.Generator | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from weaver.errors import GenerationConfigError
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
 from weaver.spec.builders import get_builder
@@ -52,8 +53,7 @@ class SpeculativeDecoder:
         self._sync = timer or (lambda: None)
         self._graphs: dict[tuple, object] = {}  # captured rounds (spec.round_graphs), per config and cache
         self.fast_verify = _fast_verifier(target)  # fused Triton tree verify on CUDA, when the model allows
-        # stages torch.compile'd before capture (WEAVER_COMPILE=0: none)
-        self.compile_stages = ("draft", "build") if os.environ.get("WEAVER_COMPILE", "1") != "0" else ()
+        self.compile_stages = compile_stages()  # torch.compile'd before capture
         if adapter is not None:
             adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
 
@@ -88,35 +88,42 @@ class SpeculativeDecoder:
     ) -> tuple[AcceptResult, torch.Tensor]:
         """Advance `state` by one verify pass; returns the accept result and the emitted tokens [B, P]."""
         clock = _Clock(self._sync, times)
-        draft = self.stage_draft(state)
-        clock.lap("draft")
-        tree = self.stage_build(state, draft, cfg)
-        clock.lap("build")
-        out = self.stage_verify(state, tree)
-        clock.lap("verify")
-        result = self._accept(tree, out.logits, cfg, generator, path_len=self.path_len(draft))
-        clock.lap("accept")
-        emitted = self.stage_commit(state, tree, out, result)
-        clock.lap("commit")
-        return result, emitted
+        out: dict[str, object] = {}
+        for name, run in self.stage_calls(state, cfg, generator, out).items():
+            out[name] = run()
+            clock.lap(name)
+        return out["accept"], out["commit"]
 
-    # The five stages, also captured one CUDA graph each by `spec.round_graphs` (no host syncs inside).
+    def stage_calls(self, state: SpecState, cfg: SpecConfig, generator, out: dict) -> dict[str, Callable[[], object]]:
+        """The round as five calls, in order; each reads the earlier stages' results from `out` by name."""
+        return {
+            "draft": lambda: self.stage_draft(state),  # 1) draft
+            "build": lambda: self.stage_build(state, out["draft"], cfg),  # 2) build
+            "verify": lambda: self.stage_verify(state, out["build"]),  # 3) verify
+            "accept": lambda: self._accept(  # 4) accept
+                out["build"], out["verify"].logits, cfg, generator, path_len=self.path_len(out["draft"])
+            ),
+            "commit": lambda: self.stage_commit(state, out["build"], out["verify"], out["accept"]),  # 5) commit
+        }
+
+    # The five stages, captured by `spec.round_graphs` into one graph per round or one each (no host syncs).
     def stage_draft(self, state: SpecState):
         """1) draft: marginals of the next block-1 tokens after the root."""
         return self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
 
     def stage_build(self, state: SpecState, draft, cfg: SpecConfig) -> DraftTree:
-        """2) build: a tree within the budget."""
+        """2) build: a tree within the budget, carrying its ancestor mask (verify and accept share it)."""
         return get_builder(cfg.method)(
             state.root, draft.logits, cfg.budget, adapter=self.adapter, target_hidden=state.target_hidden,
             draft_hidden=draft.hidden, **cfg.builder_options,
-        )
+        ).with_ancestors()
 
     def stage_verify(self, state: SpecState, tree: DraftTree):
         """3) verify: one target pass over every node (committed state read-only)."""
         verify = self.fast_verify or self.target
         return verify(
-            tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers
+            tree.tokens, state.cache, parents=tree.parents, depth=tree.depth, capture_layers=self.feature_layers,
+            ancestors=tree.ancestor_mask(),
         )
 
     def stage_commit(self, state: SpecState, tree: DraftTree, out, result: AcceptResult) -> torch.Tensor:
@@ -153,15 +160,16 @@ class SpeculativeDecoder:
     # -- the loop -----------------------------------------------------------------------------------
     def generate(
         self, cache: ModelCache, prompt_ids: list[int], max_new_tokens: int, cfg: SpecConfig, generator, stats,
-        use_graphs: bool = False, timing: bool = False,
+        use_graphs: bool = False, timing: bool = False, graph_mode: str = "round",
     ) -> Iterator[list[int]]:
         """Yield the tokens each round emits (first the prefill's token, then >= 1 per round).
 
-        use_graphs (CUDA, greedy): rounds replay five captured graphs (`spec.round_graphs`); timing then
-        reads each stage's device time from CUDA events instead of synchronising between stages.
+        use_graphs (CUDA, greedy): rounds replay captured graphs (`spec.round_graphs`), one per round
+        (graph_mode "round") or one per stage ("stages"); timing then reads the round's (or each stage's)
+        device time from CUDA events instead of synchronising between stages.
         """
         t0 = time.perf_counter()
-        graphs = self._round_graphs(cache, prompt_ids, cfg, generator) if use_graphs else None
+        graphs = self._round_graphs(cache, prompt_ids, cfg, generator, graph_mode) if use_graphs else None
         self.last_round_graphed = graphs is not None
         state = self.start(cache, prompt_ids, cfg.params, generator, state=graphs.state if graphs else None)
         first = int(state.root[0])
@@ -169,15 +177,17 @@ class SpeculativeDecoder:
         yield [first]
         emitted = 1
         while emitted < max_new_tokens:
+            times: dict[str, float] = {}
             if graphs is not None:
                 result, emitted_tokens = graphs.replay(timing)
             else:
-                result, emitted_tokens = self.decode_round(state, cfg, generator, stats.stage_seconds)
+                result, emitted_tokens = self.decode_round(state, cfg, generator, times)
             n = int(result.num_accepted[0])
             tokens = emitted_tokens[0, :n].tolist()  # one host sync per round
             if graphs is not None and timing:
-                for stage, seconds in graphs.stage_seconds().items():
-                    stats.add_time(stage, seconds)
+                times = graphs.stage_seconds()
+            for stage, seconds in times.items():
+                stats.add_time(stage, seconds)
             stats.rounds += 1
             stats.emitted += n
             while len(stats.accepted_per_depth) < n:
@@ -186,21 +196,34 @@ class SpeculativeDecoder:
             emitted += n
             yield tokens
 
-    def _round_graphs(self, cache: ModelCache, prompt_ids: list[int], cfg: SpecConfig, generator):
-        """Captured round for (cfg, cache): built once on this prompt's state, then the state is reset."""
+    def _round_graphs(self, cache: ModelCache, prompt_ids: list[int], cfg: SpecConfig, generator, mode: str):
+        """Captured round for (cfg, cache, mode): built once on this prompt's state, then the state is reset."""
         from weaver.spec.round_graphs import RoundGraphs
 
-        key = (cfg.method, cfg.budget, cfg.rule, tuple(sorted(cfg.builder_options.items())), id(cache))
+        key = (cfg.method, cfg.budget, cfg.rule, tuple(sorted(cfg.builder_options.items())), id(cache), mode)
         if key not in self._graphs:
             state = self.start(cache, prompt_ids, cfg.params, generator)
             try:
-                self._graphs[key] = RoundGraphs(self, state, cfg, compile_stages=self.compile_stages)
+                self._graphs[key] = RoundGraphs(self, state, cfg, compile_stages=self.compile_stages, mode=mode)
             except RuntimeError as err:  # an op that cannot be captured: run this config eagerly
                 warnings.warn(f"speculative round not captured ({cfg.method}, budget {cfg.budget}): {err}",
                               stacklevel=2)
                 self._graphs[key] = None
         cache.reset()
         return self._graphs[key]
+
+def compile_stages() -> tuple[str, ...]:
+    """The round stages to torch.compile before capture: WEAVER_COMPILE_STAGES (comma-separated names)
+    if set, else draft and build; none with WEAVER_COMPILE=0."""
+    if os.environ.get("WEAVER_COMPILE", "1") == "0":
+        return ()
+    names = os.environ.get("WEAVER_COMPILE_STAGES", "draft,build")
+    stages = tuple(name.strip() for name in names.split(",") if name.strip())
+    known = ("draft", "build", "verify", "accept", "commit")
+    if any(name not in known for name in stages):
+        raise GenerationConfigError(f"WEAVER_COMPILE_STAGES={names!r}: stages are {', '.join(known)}")
+    return stages
+
 
 def _fast_verifier(target: Decoder):
     """FastVerifier on CUDA for attention-only models when WEAVER_FAST_VERIFY=1, else None.

@@ -12,13 +12,14 @@ Conventions every builder, verifier and cache relies on:
   its parent (DDTree: log q_d(token); chain: log q_d(argmax)); traversal verification uses it;
 * a tree's budget counts non-root nodes: `num_nodes - 1 <= budget`.
 
-Methods on the hot path (`chain`, `root_only`, `pad_to`, `ancestor_mask`) are tensor-only, work on any
-device and do no host sync; `validate`, `children` and `from_parent_lists` read on the host (tests and
-tree construction only).
+Methods on the hot path (`chain`, `root_only`, `pad_to`, `ancestor_mask`, `with_ancestors`) are
+tensor-only, work on any device and do no host sync; `validate`, `children` and `from_parent_lists` read
+on the host (tests and tree construction only).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ class DraftTree:
     depth: torch.Tensor  # [B, N] long: 0 for the root (and pads), depth[parent] + 1 otherwise
     valid: torch.Tensor  # [B, N] bool: False on pad nodes
     draft_logprobs: torch.Tensor | None = None  # [B, N] float: log q(token | parent); 0 at root and pads
+    ancestors: torch.Tensor | None = None  # [B, N, N] bool: the ancestor mask, when computed once (with_ancestors)
 
     def __post_init__(self) -> None:
         if self.tokens.dim() != 2 or self.tokens.shape[1] < 1:
@@ -52,6 +54,8 @@ class DraftTree:
                 raise ValueError(f"{name} has shape {tuple(t.shape)}, tokens has {tuple(shape)}")
         if self.valid.dtype != torch.bool:
             raise ValueError(f"valid must be a bool tensor, got {self.valid.dtype}")
+        if self.ancestors is not None and self.ancestors.shape != (*shape, shape[1]):
+            raise ValueError(f"ancestors has shape {tuple(self.ancestors.shape)}, need {(*shape, shape[1])}")
         if not self.draft_logprobs.dtype.is_floating_point:
             raise ValueError(f"draft_logprobs must be floating point, got {self.draft_logprobs.dtype}")
 
@@ -103,7 +107,8 @@ class DraftTree:
         if draft_logprobs.shape != drafts.shape:
             raise ValueError(f"draft_logprobs {tuple(draft_logprobs.shape)} != drafts {tuple(drafts.shape)}")
         lp = torch.cat([draft_logprobs.new_zeros(B, 1), draft_logprobs], dim=1)  # [B, D+1]
-        return DraftTree(tokens, parents, depth, valid, lp)
+        ancestors = torch.ones(D + 1, D + 1, dtype=torch.bool, device=dev).tril().expand(B, D + 1, D + 1)
+        return DraftTree(tokens, parents, depth, valid, lp, ancestors)
 
     @staticmethod
     def root_only(root: torch.Tensor) -> DraftTree:
@@ -210,7 +215,11 @@ class DraftTree:
     # -------------------------------------------------------------- structure
     def ancestor_mask(self) -> torch.Tensor:
         """Bool [B, N, N]: M[b, i, j] iff j is on the path root..i (diagonal included; pads: only self)."""
-        return _ancestor_mask(self.parents)
+        return _ancestor_mask(self.parents) if self.ancestors is None else self.ancestors
+
+    def with_ancestors(self) -> DraftTree:
+        """This tree carrying its ancestor mask, computed now: the verify pass and the accept rule share it."""
+        return self if self.ancestors is not None else dataclasses.replace(self, ancestors=self.ancestor_mask())
 
     def children(self, b: int, i: int) -> list[int]:
         """Valid children of node i in row b, in node order (host sync; for tests)."""

@@ -105,15 +105,13 @@ def _result_from_leaf(
 def _accept_by_choice(tree: DraftTree, choice: torch.Tensor, path_len: int | None) -> AcceptResult:
     """Walk the tree following, after every node, the token `choice` [B, N] picked there (no node loop).
 
-    Node i is accepted iff every node on root..i carries the choice made at its parent. Siblings are
-    distinct, so the accepted nodes form one path; its deepest node's choice is the bonus token.
+    Node i is accepted iff every non-root node on root..i carries the choice made at its parent. Siblings
+    are distinct, so the accepted nodes form one path; its deepest node's choice is the bonus token.
     """
-    B, N = tree.tokens.shape
-    idx = torch.arange(N, device=tree.device)
-    ok = tree.valid & (tree.tokens == choice.gather(1, tree.parents.clamp(min=0)))  # [B, N]
-    ok = ok | (idx == 0)  # the root is always on the path
-    anc = tree.ancestor_mask()  # [B, N, N]
-    accepted = ~(anc & ~ok[:, None, :]).any(-1)  # [B, N]: the whole root..i path is ok
+    kids = tree.parents[:, 1:]  # [B, N-1]: the root is always on the path, so only nodes 1.. are checked
+    ok = tree.valid[:, 1:] & (tree.tokens[:, 1:] == choice.gather(1, kids.clamp(min=0)))  # [B, N-1]
+    anc = tree.ancestor_mask()[:, :, 1:]  # [B, N, N-1]
+    accepted = ~(anc > ok[:, None, :]).any(-1)  # [B, N]: no non-root node on root..i fails
     leaf = torch.where(accepted, tree.depth, -1).argmax(-1)  # [B]: the deepest accepted node
     next_token = choice.gather(1, leaf[:, None]).squeeze(1)  # [B]
     return _result(tree, accepted, next_token, path_len)

@@ -152,6 +152,8 @@ class WeaverRound:
     pool_ids: torch.Tensor  # [B, D, K] long: candidates of depth d+1 in row d
     pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
 
+    prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
+
     @property
     def prefix_len(self) -> int:
         return self.pool_ids.shape[1] + 1
@@ -369,7 +371,8 @@ class WeaverAdapter(nn.Module):
             if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
                 x = block.finish(x, _attend(q, k, v, causal.expand(b, 1, p, p)))
         return WeaverRound(
-            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32)
+            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
+            prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
         )
 
     @torch.no_grad()
@@ -399,9 +402,8 @@ class WeaverAdapter(nn.Module):
         rows = torch.arange(b, device=dev)[:, None].expand(b, w)  # [B, w]
         col = p + slot  # [B, w] buffer column of each node
         # 1) visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus self
-        base = state.visible.new_zeros(p + state.capacity)
-        base[:p] = True
-        seen = torch.where(parent[..., None] >= 0, state.visible[rows, parent.clamp(min=0)], base)  # [B, w, P+S]
+        prefix = state.prefix_mask  # [P+S]
+        seen = torch.where(parent[..., None] >= 0, state.visible[rows, parent.clamp(min=0)], prefix)  # [B, w, P+S]
         seen = seen.scatter(2, col[..., None], True)
         state.visible[rows, slot] = seen
         # 2) the block(s): write each node's K/V into its slot, then attend

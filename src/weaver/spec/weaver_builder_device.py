@@ -76,7 +76,8 @@ def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
 
 class _Frontier:
     """Per-row frontier of candidate children: score [B, F + 1] float64 (-inf = empty), item [B, F + 1, 3]
-    (parent node, token, depth), logp [B, F + 1]. Column F is a sink for entries that are not pushed."""
+    (parent node, token, depth), logp [B, F + 1]. Column F is a sink for entries that are not pushed: it
+    holds junk, and `pop` only ever looks at columns 0 .. F - 1."""
 
     def __init__(self, batch: int, size: int, width: int, c: int, device: torch.device) -> None:
         self.score = torch.full((batch, size + 1), _NEG_INF, dtype=torch.float64, device=device)
@@ -111,10 +112,9 @@ class _Frontier:
         keep = grow[..., None] & (score > _NEG_INF)  # [B, w, c]
         col = torch.where(keep, node[..., None] * c + self.child, self.sink).view(b, w * c)
         item = torch.stack([node[..., None].expand(b, w, c), token, depth[..., None].expand(b, w, c)], dim=-1)
-        self.score.scatter_(1, col, torch.where(keep, score, _NEG_INF).view(b, w * c))
+        self.score.scatter_(1, col, score.view(b, w * c))  # dropped entries land in the sink, which pop never reads
         self.item.scatter_(1, col[..., None].expand(b, w * c, 3), item.view(b, w * c, 3))
         self.logp.scatter_(1, col, logp.reshape(b, w * c))
-        self.score[:, self.sink] = _NEG_INF
 
 
 def _children(

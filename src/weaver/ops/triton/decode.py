@@ -13,10 +13,13 @@ a program takes BLOCK_M rows and reads its weight tile once for all of them.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 
+from weaver.ops.triton import tuning
 from weaver.ops.triton._utils import check_device, interpreting
 
 
@@ -38,14 +41,24 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[in
 ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
 
 
-def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int, int]:
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps) of the row-tiled GEMV: all rows of a tree in few M tiles."""
+class GemmTiles(NamedTuple):
+    """Launch configuration of the row-tiled GEMV: tile sizes (powers of two, >= 16) and Triton's options."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+    num_stages: int = 3  # Triton's default on NVIDIA GPUs
+
+
+def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> GemmTiles:
+    """The built-in row-tiled GEMV configuration: all rows of a tree in few M tiles."""
     block_m = min(64, max(16, triton.next_power_of_2(rows)))
     block_k = min(128, max(16, triton.next_power_of_2(k)))
     if device.type != "cuda":  # the interpreter: few, large programs
-        return block_m, 64, block_k, 1
+        return GemmTiles(block_m, 64, block_k, 1)
     block_n = 32 if n_out * triton.cdiv(rows, block_m) <= 8192 else 64
-    return block_m, block_n, min(block_k, 64), 4
+    return GemmTiles(block_m, block_n, min(block_k, 64), 4)
 
 
 @triton.jit
@@ -123,11 +136,14 @@ def fused_gemv(
     config: tuple[int, int, int] | None = None,  # (BLOCK_N, BLOCK_K, num_warps); default: gemv_config
     norm_out: torch.Tensor | None = None,  # [M, K]: receives RMSNorm(x) (needs norm_weight)
     row_tiles: bool | None = None,  # BLOCK_M rows per program; None: from ROW_TILE_MIN_M rows or with norm_out
+    tiles: GemmTiles | None = None,  # the row-tiled launch (implies row_tiles); None: tuned or gemm_rows_config
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [-> silu(gate) * up] [-> + residual]: one launch (see fused_gemv_ref).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
+    The row-tiled launch is `tiles`, else the entry of the WEAVER_TRITON_TUNING table for this shape
+    (`tuning`), else `gemm_rows_config`.
     """
     check_device(x, weight, norm_weight, residual, norm_out)
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
@@ -145,9 +161,15 @@ def fused_gemv(
     if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
         raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
     if row_tiles is None:
-        row_tiles = norm_out is not None or (config is None and m >= ROW_TILE_MIN_M)
+        row_tiles = norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
     if row_tiles:
-        return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out)
+        if tiles is None:
+            key = tuning.gemm_rows_key(n_out, k, m, x.dtype, out.dtype, norm_weight is not None, swiglu,
+                                       residual is not None, norm_out is not None)
+            tiles = GemmTiles(*tuning.tuned("gemm_rows", key) or gemm_rows_config(n_out, k, m, x.device))
+        return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles)
+    if tiles is not None:
+        raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
     block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device)
@@ -232,12 +254,13 @@ def _gemm_rows_kernel(
     tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
 
 
-def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out) -> torch.Tensor:
+def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles: GemmTiles) -> torch.Tensor:
     """Launch the row-tiled kernel for fused_gemv (arguments already checked there)."""
     m, k = x.shape
     n_out = out.shape[1]
-    block_m, block_n, block_k, warps = gemm_rows_config(n_out, k, m, x.device)
-    grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
+    if min(tiles[:3]) < 16 or any(b & (b - 1) for b in tiles[:3]):
+        raise ValueError(f"row tiles must be powers of two >= 16 (tl.dot), got {tiles}")
+    grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m))
     _gemm_rows_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
         norm_out if norm_out is not None else out,
@@ -245,7 +268,8 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
-        INTERPRET=interpreting(), BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 

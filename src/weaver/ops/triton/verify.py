@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from weaver.ops.triton import tuning
 from weaver.ops.triton._utils import check_device, interpreting
 from weaver.ops.triton.decode import _round
 
@@ -103,6 +104,7 @@ def tree_rope_kv_write(
     q_norm: torch.Tensor | None = None,  # [D] per-head RMSNorm weights (qwen3)
     k_norm: torch.Tensor | None = None,
     eps: float = 1e-6,
+    num_warps: int | None = None,  # None: tuned (`tuning`), else 4
 ) -> torch.Tensor:
     """qk-norm + RoPE at lengths + depth; K/V of node j to slot lengths + j; returns q [B T, H D]: one launch."""
     check_device(qkv, cache_k, cache_v, lengths, depth, inv_freq)
@@ -119,6 +121,9 @@ def tree_rope_kv_write(
         raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
     q = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
     inv_freq = inv_freq.float().contiguous()
+    if num_warps is None:
+        key = tuning.attention_key(b * t, num_heads, num_kv_heads, d, qkv.dtype)
+        num_warps = (tuning.tuned("tree_rope_kv_write", key) or [4])[0]
     _tree_rope_kv_kernel[(b * t,)](
         qkv, cache_k, cache_v, lengths, depth, inv_freq,
         q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, q,
@@ -126,7 +131,7 @@ def tree_rope_kv_write(
         qkv.stride(0), depth.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), q.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         BLOCK_H=triton.next_power_of_2(num_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(d), num_warps=4,
+        BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
     )
     return q
 
@@ -217,8 +222,12 @@ def tree_attention(
     num_kv_heads: int,
     block_r: int | None = None,  # (node, head) rows per program; None: 32 on GPU, all rows interpreted
     block_s: int | None = None,  # slots per step; None: 64 on GPU, 128 interpreted
+    num_warps: int | None = None,  # None: 4
+    num_stages: int | None = None,  # None: 3 (Triton's default on NVIDIA GPUs)
 ) -> torch.Tensor:
-    """Each node attends to the committed prefix and its ancestors-or-self; o [B T, H D]: one launch."""
+    """Each node attends to the committed prefix and its ancestors-or-self; o [B T, H D]: one launch.
+
+    With no launch parameter given, a WEAVER_TRITON_TUNING entry for this shape (`tuning`) sets all four."""
     check_device(q, cache_k, cache_v, lengths, anc)
     b, _, s, d = cache_k.shape
     if anc.dim() != 3 or anc.shape[0] != b or anc.shape[1] != anc.shape[2]:
@@ -233,15 +242,23 @@ def tree_attention(
     out = torch.empty(b * t, num_heads * d, device=q.device, dtype=q.dtype)
     rows = t * (num_heads // num_kv_heads)
     interpret = interpreting()
+    if block_r is None and block_s is None and num_warps is None and num_stages is None:
+        found = tuning.tuned("tree_attention", tuning.attention_key(b * t, num_heads, num_kv_heads, d, q.dtype))
+        if found is not None:
+            block_r, block_s, num_warps, num_stages = found
     if block_r is None:
         block_r = max(16, min(128, triton.next_power_of_2(rows))) if interpret else 32
     block_s = block_s or (128 if interpret else 64)
+    num_warps, num_stages = num_warps or 4, num_stages or 3
+    if min(block_r, block_s) < 16 or block_r & (block_r - 1) or block_s & (block_s - 1):
+        raise ValueError(f"block_r and block_s must be powers of two >= 16 (tl.dot), got {block_r}, {block_s}")
     _tree_attention_kernel[(triton.cdiv(rows, block_r), b * num_kv_heads)](
         q, cache_k, cache_v, lengths, anc, out,
         t, d**-0.5,
         q.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpret,
-        BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s, num_warps=4,
+        BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out

@@ -1,0 +1,56 @@
+"""Measured launch configurations, used when WEAVER_TRITON_TUNING names a table (scripts/gpu/verify_sweep.py).
+
+Without the variable every kernel keeps its built-in configuration. The table is the sweep's JSON; its
+"best" entry maps a kernel name to {shape key: {"config": [...], ...}}. A kernel looks its shape up
+(keys below, exact match) and falls back to its default when the shape is not there:
+
+    gemm_rows          fused_gemv's row-tiled launch: GemmTiles (block_m, block_n, block_k, num_warps, num_stages)
+    tree_attention     (block_r, block_s, num_warps, num_stages)
+    tree_rope_kv_write (num_warps,)
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import torch
+
+ENV = "WEAVER_TRITON_TUNING"
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def gemm_rows_key(
+    n_out: int, k: int, m: int, dtype: torch.dtype, out_dtype: torch.dtype,
+    norm: bool, swiglu: bool, residual: bool, norm_out: bool,
+) -> str:
+    """The row-tiled GEMV's shape: output columns, K, rows, dtypes and the fused prologue / epilogues."""
+    flags = [name for name, on in (("norm", norm), ("swiglu", swiglu), ("res", residual), ("norm_out", norm_out)) if on]
+    return "-".join([f"n{n_out}", f"k{k}", f"m{m}", _dtype(dtype), f"out_{_dtype(out_dtype)}", *flags])
+
+
+def attention_key(nodes: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> str:
+    """A tree-verify attention shape: B T nodes, query / kv heads, head dim, dtype (any prefix length)."""
+    return f"t{nodes}-h{heads}-hkv{kv_heads}-d{head_dim}-{_dtype(dtype)}"
+
+
+@functools.lru_cache(maxsize=4)
+def _table(path: str) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f).get("best", {})
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{ENV}={path!r} is not a readable tuning table: {err}") from None
+
+
+def tuned(kernel: str, key: str) -> list | None:
+    """The measured configuration of `kernel` at shape `key`, or None (no table, or shape not in it)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return None
+    entry = _table(path).get(kernel, {}).get(key)
+    return None if entry is None else list(entry["config"])
