@@ -234,3 +234,16 @@ def test_gdn_tree_cuda_graph_capture() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o_eager, o_graph)
+
+
+def test_default_config_avoids_configs_that_failed_on_the_gpu(monkeypatch) -> None:
+    """64-row tiles only for bf16 inputs with an initial state (they crashed without one on the H200)."""
+    from weaver.ops.triton.gdn_tree import default_config
+
+    monkeypatch.delenv("WEAVER_GDN_TREE_BT", raising=False)
+    assert default_config(128, 128).BT == 64
+    assert default_config(128, 128, initial_state=False).BT == 32
+    assert default_config(128, 128, torch.float32).BT == 32
+    assert default_config(16, 128).BT == 16 and default_config(32, 128).state_items
+    monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")
+    assert default_config(128, 128).BT == 32

@@ -57,15 +57,16 @@ class GDNTreeConfig(NamedTuple):
     prefetch: bool = False  # solve: load the next block of B (chain) and P (output) during the current step
 
 
-def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
+def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16, initial_state: bool = True) -> GDNTreeConfig:
     """The fixed configuration for T nodes, from the H200 sweeps (benchmarks/results/kernels/NOTES.md). bf16
     inputs: up to 32 nodes, one or two tiles of 16/32 rows with the state products as their own work items on
     2-warp programs; from 64 nodes, 64-row tiles (half the solve's chain) whose programs do their own state
     products; 8 warps for the solve once 4 warps' registers no longer hold its [T, BV] residual (T > 128).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles, state products in each tile's program.
-    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
+    Without an initial state, 32 rows too: 64-row tiles hit an illegal address there on the H200 (triton 3.6,
+    cause not found yet). WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
     small = T <= 32 and dtype != torch.float32
-    BT = 16 if T <= 16 else 32 if (small or dtype == torch.float32) else 64
+    BT = 16 if T <= 16 else 32 if (small or dtype == torch.float32 or not initial_state) else 64
     BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if T > 128 else 4, prep_warps=2 if small else 4,
                          state_items=small)  # fmt: skip
@@ -405,11 +406,7 @@ def gdn_tree(
     if tree.anc.shape != (B, T, T):
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")
     check_device(q, k, v, g, beta, initial_state, tree.anc)
-    cfg = config if config is not None else default_config(T, V, q.dtype)
-    if config is None and initial_state is None and cfg.BT == 64:
-        # 64-row tiles without an initial state hit an illegal address on the H200 (triton 3.6, cause not
-        # found: benchmarks/results/kernels/NOTES.md); 32-row tiles are correct there
-        cfg = cfg._replace(BT=32)
+    cfg = config if config is not None else default_config(T, V, q.dtype, initial_state is not None)
     scale = K**-0.5 if scale is None else scale
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     if initial_state is not None:
