@@ -282,7 +282,8 @@ def gdn_tree_solve_kernel(
     o_c = tl.arange(0, BV)
     m_c = i_v * BV + o_c < V
     b_r = tl.load(p_x + o_r[:, None] * V + o_c[None, :], mask=m_r[:, None] & m_c[None, :], other=0)
-    b_bc = _bcol(p_b, o_r, m_r, o_t, 0, BT, TP)
+    if PREFETCH:  # the first blocks load before the chain; without prefetch each step loads its own
+        b_bc = _bcol(p_b, o_r, m_r, o_t, 0, BT, TP)
     for i in tl.static_range(NT):
         if i * BT < T:
             if PREFETCH:  # next column block of B in flight during this step
@@ -297,7 +298,8 @@ def gdn_tree_solve_kernel(
             if PREFETCH:
                 b_bc = b_bc_next
     # b_r is Delta now: O = QH + P Delta, one row tile at a time (P is zero right of the tile's diagonal block)
-    b_p = _prow(p_m, o_r, o_t, 0, T, BT, TP)
+    if PREFETCH:
+        b_p = _prow(p_m, o_r, o_t, 0, T, BT, TP)
     for i in tl.static_range(NT):
         if i * BT < T:
             o_i = i * BT + o_t
