@@ -14,6 +14,14 @@ def relative_error(ref: torch.Tensor, out: torch.Tensor) -> float:
     return float((out64 - ref64).abs().max() / denom)
 
 
+def norm_relative_error(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| (Frobenius, float64; inf when out has NaN/inf): the norm-wise metric."""
+    ref64, out64 = ref.detach().double().cpu(), out.detach().double().cpu()
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+
+
 def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float) -> None:
     """Fail with absolute and relative error in the message when `out` is not within rtol of `ref`."""
     assert ref.shape == out.shape, f"{name}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"

@@ -332,9 +332,9 @@ def rel_err(ref: torch.Tensor, out: torch.Tensor) -> float:
 
 
 def norm_err(ref: torch.Tensor, out: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| (Frobenius, float64): the norm-wise relative error of METHOD.md."""
-    ref64, out64 = ref.double().cpu(), out.double().cpu()
-    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
+    from weaver.testing import norm_relative_error
+
+    return norm_relative_error(ref, out)
 
 
 # ------------------------------------------------------------------------------------------------- CLI
@@ -458,7 +458,7 @@ def run(args: argparse.Namespace) -> int:
                     row["fused_kernel_no_h0_us"], _ = time_graphs(runs, 60, 2)
                 except Exception as e:
                     print(f"T={T} {kind} no-h0: {type(e).__name__}: {e}", flush=True)
-                base_cfg = default_config(T, SHAPE["V"])
+                base_cfg = default_config(T, SHAPE["V"], dtype)
                 for change in SWEEP:
                     cfg = base_cfg._replace(**change)
                     if cfg.BT > max(16, triton.next_power_of_2(T)):
@@ -471,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
                         rec["error"] = f"{type(e).__name__}: {e}"[:300]
                     sweep_rows.append(rec)
                     print("sweep", json.dumps(rec), flush=True)
-            row["default_config"] = default_config(T, SHAPE["V"])._asdict()
+            row["default_config"] = default_config(T, SHAPE["V"], dtype)._asdict()
             rows.append(row)
             print("row", json.dumps(row), flush=True)
             write_results(args.out, env, rows, sweep_rows, args.tag)  # after every row: a crash loses nothing
