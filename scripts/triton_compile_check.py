@@ -23,7 +23,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
+from weaver.ops.triton._utils import next_pow2  # noqa: E402
 
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
 
@@ -52,18 +52,17 @@ def report(name: str, kern) -> str:
 def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
-    prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
+    prec = gt.resolve_precision(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
     TP = gt.tile_rows(T, cfg.BT)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
-    prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "bmat", "pmat", "xr", "qh", "aux_k", "aux_G")}
+    prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "amat", "pmat", "rhs", "qh", "aux_k", "aux_G")}
     prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32")
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=False, LOWP=dtype == "bf16", STATE_ITEMS=cfg.state_items)  # fmt: skip
+                      L2NORM=False, LOWP=dtype == "bf16")  # fmt: skip
     prep = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, prep_const, cfg.prep_warps, cfg.prep_stages)
-    solve_args = {n: "*fp32" for n in ("bmat", "pmat", "xr", "qh", "aux_delta")}
+    solve_args = {n: "*fp32" for n in ("amat", "pmat", "rhs", "qh", "aux_delta")}
     solve_args.update(o=f"*{el}", T="i32")
-    solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, PREFETCH=cfg.prefetch,
-                       INTERPRET=False)
+    solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False)
     solve = compile_kernel(gt.gdn_tree_solve_kernel, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
     return [report(f"T={T} {dtype} {cfg} prep", prep), report(f"T={T} {dtype} {cfg} solve", solve)]
 
@@ -75,8 +74,8 @@ def main() -> None:
     parser.add_argument("--BV", type=int, nargs="+", default=[])
     parser.add_argument("--warps", type=int, nargs="+", default=[], help="solve kernel warps to try")
     parser.add_argument("--prep-warps", type=int, nargs="+", default=[], help="prep kernel warps to try")
-    parser.add_argument("--prefetch", action="store_true", help="also the solve with B prefetch")
-    parser.add_argument("--other-items", action="store_true", help="also the other state-items mode")
+    parser.add_argument("--precision", nargs="+", default=[], help="fp32 product precisions to try")
+    parser.add_argument("--BVP", type=int, nargs="+", default=[], help="state item widths to try")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
     args = parser.parse_args()
     print("triton", triton.__version__)
@@ -85,9 +84,9 @@ def main() -> None:
             base = gt.default_config(T, 128, torch.bfloat16 if dtype == "bf16" else torch.float32)
             cfgs = [base] + [base._replace(BV=bv) for bv in args.BV] + [base._replace(num_warps=w) for w in args.warps]
             cfgs += [base._replace(prep_warps=w) for w in args.prep_warps]
-            cfgs += [base._replace(prefetch=True)] if args.prefetch else []
+            cfgs += [base._replace(precision=p) for p in args.precision]
+            cfgs += [base._replace(BVP=b) for b in args.BVP]
             cfgs += [base._replace(BT=bt) for bt in args.BT]
-            cfgs += [base._replace(state_items=not base.state_items)] * args.other_items
             for cfg in cfgs:
                 try:
                     for line in check_gdn_tree(T, dtype, cfg):

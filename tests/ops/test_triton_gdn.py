@@ -100,9 +100,9 @@ def test_gdn_tree_tile_sizes(kind: str, BT: int) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [dict(prefetch=True), dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64),
-     dict(state_items=False), dict(state_items=True), dict(BT=64, state_items=False)],
-    ids=["prefetch", "stages2", "warps", "BV64", "tile-items", "state-items", "BT64"],
+    [dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64), dict(BVP=16),
+     dict(BVP=64), dict(BT=32), dict(BT=64)],
+    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64"],
 )
 def test_gdn_tree_launch_options(change: dict) -> None:
     """Every launch option computes the same function (chain and proposal trees, pad tiles skipped)."""
@@ -122,11 +122,10 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "empty", nan_empty)
     T = 160 if FULL else 37
-    for kind, prefetch in (("chain", False), ("proposal", True), ("random", False)):
+    for kind in ("chain", "proposal", "random"):
         par = torch.tensor([random_parents(T, 4, kind, pads=3)], device=DEVICE)
-        for items in (True, False):
-            cfg = GDNTreeConfig(BT=16, prefetch=prefetch, state_items=items)
-            check(par, torch.float32, False, True, seed=6, config=cfg, **SHAPE)
+        for h0 in (True, False):
+            check(par, torch.float32, False, h0, seed=6, config=GDNTreeConfig(BT=16), **SHAPE)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x3"])
@@ -244,6 +243,6 @@ def test_default_config_avoids_configs_that_failed_on_the_gpu(monkeypatch) -> No
     assert default_config(128, 128).BT == 64
     assert default_config(128, 128, initial_state=False).BT == 32
     assert default_config(128, 128, torch.float32).BT == 32
-    assert default_config(16, 128).BT == 16 and default_config(32, 128).state_items
+    assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")
     assert default_config(128, 128).BT == 32

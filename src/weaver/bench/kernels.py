@@ -355,8 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(BT=32), dict(BT=32, prep_warps=2), dict(BT=32, state_items=True, prep_warps=2), dict(prep_warps=2),
-    dict(prep_warps=8), dict(precision="tf32"), dict(prefetch=True), dict(BVP=64), dict(BV=16), dict(num_warps=8),
+    {}, dict(precision="bf16x3"), dict(BT=32), dict(BT=64), dict(BVP=16), dict(BVP=64), dict(BVP=128),
+    dict(prep_warps=2), dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
 ]  # fmt: skip
 
 
@@ -466,6 +466,9 @@ def run(args: argparse.Namespace) -> int:
                     rec = dict(T=T, kind=kind, **cfg._asdict())
                     try:
                         rec["err"] = rel_err(ref, method_fused(sets[0], cfg)())
+                        o32, _ = wt.gdn_tree(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"], s0["par"],
+                                             initial_state=s0["h0"], config=cfg, out_dtype=torch.float32)  # fmt: skip
+                        rec["norm_err_fp32_out"] = norm_err(ref, o32)
                         rec["us"], _ = time_graphs([method_fused(s, cfg, True) for s in sets[:4]], 60, 2)
                     except Exception as e:
                         rec["error"] = f"{type(e).__name__}: {e}"[:300]
@@ -542,15 +545,14 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | precision | prep warps | BVP | state items | prefetch | us | err |",
+            "| T | kind | BT | BV | warps | stages | precision | prep warps | BVP | us | err | norm err, fp32 o |",
             "|" + "---:|" * 12,
         ]
         for r in sweep_rows:
             lines.append(
-                f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | "
-                f"{r['precision']} | {r['prep_warps']} | {r['BVP']} | {r['state_items']} | {r['prefetch']} "
-                f"| {f(r.get('us'))} "
-                f"| {f(r.get('err'), '{:.1e}')} |"
+                f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | {r['num_stages']} | "
+                f"{r['precision']} | {r['prep_warps']} | {r['BVP']} | {f(r.get('us'))} "
+                f"| {f(r.get('err'), '{:.1e}')} | {f(r.get('norm_err_fp32_out'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"
 
