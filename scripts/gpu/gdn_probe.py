@@ -1,8 +1,6 @@
 """Run the default GDN tree configs once per size against the float64 reference; exit 1 on any failure.
 
 A crash (illegal address) in a separate process cannot poison the benchmark's CUDA context.
-`--no-h0-only` runs only the cases without an initial state (with WEAVER_GDN_TREE_BT=64: the tiles that
-crashed the v5/v6 kernels there).
 """
 
 from __future__ import annotations
@@ -17,14 +15,12 @@ from weaver.ops.triton.gdn_tree import default_config
 
 CASES = [(T, kind, True) for T in (16, 32, 64, 128, 256) for kind in ("tree", "chain")]
 CASES += [(64, "tree", False), (128, "chain", False)]  # no initial state
+TOL = 3e-3  # max |o - ref| / max |ref| with an fp32 o: tf32 products land near 1e-3; garbage far above
 
 
 def main() -> int:
     ok = True
-    no_h0_only = "--no-h0-only" in sys.argv[1:]
     for T, kind, h0 in CASES:
-        if no_h0_only and h0:
-            continue
         s = make_set(T, kind, 7 * T, torch.bfloat16, "cuda")
         if not h0:
             s["h0"] = None
@@ -37,8 +33,8 @@ def main() -> int:
         except Exception as e:  # noqa: BLE001 - report any failure, then stop: the context may be broken
             print(f"{name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
             return 1
-        ok &= err < 1e-4
-        print(f"{name}: err {err:.2e} {'ok' if err < 1e-4 else 'FAIL'}", flush=True)
+        ok &= err < TOL
+        print(f"{name}: err {err:.2e} {'ok' if err < TOL else 'FAIL'}", flush=True)
     return 0 if ok else 1
 
 

@@ -19,8 +19,9 @@ from weaver.ops.triton.gdn_tree import GDNTreeConfig
 from weaver.testing import assert_close, random_root_paths
 
 # (o, delta) tolerances: fp32 inputs run ieee dots; bf16 inputs give a bf16 o (rounding ~2^-8 relative;
-# the interpreter truncates, ~2^-7) while Delta stays fp32 through the bf16x3 split.
-TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 3e-4)}
+# the interpreter truncates, ~2^-7) and their fp32 products default to tf32 on the GPU (Delta ~1e-3;
+# the interpreter computes them in fp32).
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 2e-3)}
 SHAPE = dict(H=16, HV=48, K=128, V=128) if FULL else dict(H=2, HV=4, K=32, V=32)
 
 
@@ -129,11 +130,14 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x3"])
-def test_gdn_tree_precisions(precision: str) -> None:
+@pytest.mark.parametrize("where", ["solve", "prep"])
+def test_gdn_tree_precisions(precision: str, where: str) -> None:
     T = 128 if FULL else 24
     par = random_batch(1, T, seed=3, kinds=("proposal",))
     q, k, v, g, beta, s0 = make_inputs(1, T, seed=1, dtype=torch.bfloat16, **SHAPE)
-    cfg = GDNTreeConfig(BT=16, BV=16, precision=precision)
+    other = "bf16x3" if precision == "ieee" else "ieee"  # the other kernel's products: exact enough
+    cfg = GDNTreeConfig(BT=16, BV=16, precision=precision if where == "solve" else other,
+                        inv_precision=precision if where == "prep" else other)  # fmt: skip
     _, aux = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, config=cfg)
     _, aux_r = reference(q, k, v, g, beta, par, s0, False)
     assert_close(f"delta[{precision}]", aux_r.delta, aux.delta, 3e-3 if precision == "tf32" else 3e-4)
@@ -236,12 +240,12 @@ def test_gdn_tree_cuda_graph_capture() -> None:
 
 
 def test_default_config_avoids_configs_that_failed_on_the_gpu(monkeypatch) -> None:
-    """64-row tiles only for bf16 inputs with an initial state (they crashed without one on the H200)."""
+    """64-row tiles for bf16 inputs from 64 nodes (with or without an initial state), 32 for fp32 inputs."""
     from weaver.ops.triton.gdn_tree import default_config
 
     monkeypatch.delenv("WEAVER_GDN_TREE_BT", raising=False)
     assert default_config(128, 128).BT == 64
-    assert default_config(128, 128, initial_state=False).BT == 32
+    assert default_config(128, 128, initial_state=False).BT == 64
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")

@@ -355,8 +355,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(precision="bf16x3"), dict(BT=32), dict(BT=64), dict(BVP=16), dict(BVP=64), dict(BVP=128),
-    dict(prep_warps=2), dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
+    {}, dict(precision="bf16x3"), dict(inv_precision="bf16x3"), dict(precision="bf16x3", inv_precision="tf32"),
+    dict(BT=32), dict(BVP=64), dict(BVP=128), dict(prep_warps=2), dict(prep_warps=8), dict(BVP=64, prep_warps=2),
+    dict(BV=16), dict(BV=64), dict(num_warps=4), dict(num_warps=8), dict(num_stages=2),
 ]  # fmt: skip
 
 
@@ -545,13 +546,14 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | stages | precision | prep warps | BVP | us | err | norm err, fp32 o |",
-            "|" + "---:|" * 12,
+            "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | us | err "
+            "| norm err, fp32 o |",
+            "|" + "---:|" * 13,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | {r['num_stages']} | "
-                f"{r['precision']} | {r['prep_warps']} | {r['BVP']} | {f(r.get('us'))} "
+                f"{r['precision']} | {r['inv_precision']} | {r['prep_warps']} | {r['BVP']} | {f(r.get('us'))} "
                 f"| {f(r.get('err'), '{:.1e}')} | {f(r.get('norm_err_fp32_out'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"

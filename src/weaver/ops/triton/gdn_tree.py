@@ -23,8 +23,9 @@ With row tiles of BT nodes and X_ii = (I + A_ii)^-1, block forward substitution 
 
 Precision: q/k/v bf16 or fp32; gates, state, G, A, the solve and Delta in fp32. Gram dots of bf16
 inputs are exact products with fp32 accumulation and the state products split H0 into bf16 hi + lo
-(~fp32); the fp32 x fp32 products (Neumann, solve, output) follow `precision` (see
-`weaver.ops.triton._utils.PRECISIONS`; the default: ieee for fp32 inputs, tf32 for bf16 inputs).
+(~fp32); the fp32 x fp32 products of the solve and output follow `precision`, those of the prep (the
+Neumann product; all Grams of fp32 inputs) `inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`;
+the defaults: ieee for fp32 inputs, tf32 for bf16 inputs).
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ class GDNTreeConfig(NamedTuple):
     prep_warps: int = 4  # of the prep kernel
     prep_stages: int = 1  # of the prep kernel
     BVP: int = 32  # value columns per state item of the prep kernel
+    inv_precision: str = "auto"  # fp32 x fp32 products of the prep kernel; 'auto' = as `precision`
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16, initial_state: bool = True) -> GDNTreeConfig:
@@ -61,10 +63,8 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16, initial_
     bf16 inputs: tiles of 16 / 32 rows up to 32 nodes, 64 rows beyond (fewer solve steps; the diagonal
     items run the Neumann product on their own); 8 warps for the solve once 4 warps' registers no longer
     hold its [T, BV] residual (T > 128). fp32 inputs (ieee dots, register-hungry): 16/32-row tiles, 8 warps.
-    Without an initial state, 32 rows too: 64-row tiles hit an illegal address there on the H200 with the
-    v5/v6 kernels (triton 3.6, cause not found; `scripts/gpu/gdn_probe.py` probes it).
     WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
-    BT = 16 if T <= 16 else 32 if (T <= 32 or dtype == torch.float32 or not initial_state) else 64
+    BT = 16 if T <= 16 else 32 if (T <= 32 or dtype == torch.float32) else 64
     BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
     fp32 = dtype == torch.float32  # 8 warps: fewer spills of the fp32 FMA dots (ptxas, sm_90a)
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if (T > 128 or fp32) else 4,
@@ -368,12 +368,13 @@ def gdn_tree_fwd(
     qh = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev) if use_h0 else rhs
     lowp = q.dtype == torch.bfloat16 and k.dtype == torch.bfloat16
     prec = resolve_precision(config.precision, q.dtype)
+    prep_prec = prec if config.inv_precision == "auto" else resolve_precision(config.inv_precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
     gdn_tree_prep_kernel[(B * HV, sum(prep_items(T, BT, V, config.BVP)))](
         q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T,
         H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
-        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec,
+        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
         INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
     )  # fmt: skip
     if not run_solve:
