@@ -15,7 +15,7 @@ from weaver.ops.triton.gdn_tree import default_config
 
 CASES = [(T, kind, True) for T in (16, 32, 64, 128, 256) for kind in ("tree", "chain")]
 CASES += [(64, "tree", False), (128, "chain", False)]  # no initial state
-TOL = 3e-3  # max |o - ref| / max |ref| with an fp32 o: tf32 products land near 1e-3; garbage far above
+TOL = 1e-4  # max |o - ref| / max |ref| with an fp32 o: the default bf16x3 products land at ~6e-6
 
 
 def main() -> int:

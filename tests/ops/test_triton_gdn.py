@@ -19,9 +19,8 @@ from weaver.ops.triton.gdn_tree import GDNTreeConfig
 from weaver.testing import assert_close, random_root_paths
 
 # (o, delta) tolerances: fp32 inputs run ieee dots; bf16 inputs give a bf16 o (rounding ~2^-8 relative;
-# the interpreter truncates, ~2^-7) and their fp32 products default to tf32 on the GPU (Delta ~1e-3;
-# the interpreter computes them in fp32).
-TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 2e-3)}
+# the interpreter truncates, ~2^-7) while Delta stays fp32 through the bf16x3 split.
+TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1e-2, 3e-4)}
 SHAPE = dict(H=16, HV=48, K=128, V=128) if FULL else dict(H=2, HV=4, K=32, V=32)
 
 
@@ -239,13 +238,15 @@ def test_gdn_tree_cuda_graph_capture() -> None:
     assert torch.equal(o_eager, o_graph)
 
 
-def test_default_config_avoids_configs_that_failed_on_the_gpu(monkeypatch) -> None:
-    """64-row tiles for bf16 inputs from 64 nodes (with or without an initial state), 32 for fp32 inputs."""
+def test_default_config_follows_the_h200_sweeps(monkeypatch) -> None:
+    """64-row tiles (state items of all 128 value columns) for bf16 inputs from 64 nodes, with or without an
+    initial state; 32 rows for fp32 inputs."""
     from weaver.ops.triton.gdn_tree import default_config
 
     monkeypatch.delenv("WEAVER_GDN_TREE_BT", raising=False)
-    assert default_config(128, 128).BT == 64
+    assert default_config(128, 128).BT == 64 and default_config(128, 128).BVP == 128
     assert default_config(128, 128, initial_state=False).BT == 64
+    assert default_config(32, 128).BVP == 32
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")

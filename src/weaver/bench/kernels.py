@@ -355,9 +355,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(precision="bf16x3"), dict(inv_precision="bf16x3"), dict(precision="bf16x3", inv_precision="tf32"),
-    dict(BT=32), dict(BVP=64), dict(BVP=128), dict(prep_warps=2), dict(prep_warps=8), dict(BVP=64, prep_warps=2),
-    dict(BV=16), dict(BV=64), dict(num_warps=4), dict(num_warps=8), dict(num_stages=2),
+    {}, dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32), dict(BVP=32), dict(BVP=64),
+    dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
 ]  # fmt: skip
 
 

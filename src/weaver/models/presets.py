@@ -36,6 +36,23 @@ PRESETS: dict[str, dict[str, Any]] = {
         "linear_conv_kernel_dim": 4,
         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
     },
+    # SmolLM2-135M-Instruct shapes (the default model; timing without its GGUF: same kernels, same bytes).
+    "smollm2-shape": {
+        "model_type": "llama",
+        "hidden_size": 576,
+        "intermediate_size": 1536,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 9,
+        "num_key_value_heads": 3,
+        "head_dim": 64,
+        "vocab_size": 49152,
+        "max_position_embeddings": 8192,
+        "rms_norm_eps": 1e-5,
+        "rope_theta": 100000.0,
+        "tie_word_embeddings": True,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
     # Qwen3.6-27B text decoder shapes (../shared/reference/qwen3.6-27b-text-config.json), for timing.
     "qwen3.6-27b-shape": {
         "model_type": "qwen3_5_text",

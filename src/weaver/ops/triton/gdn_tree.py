@@ -25,7 +25,7 @@ Precision: q/k/v bf16 or fp32; gates, state, G, A, the solve and Delta in fp32. 
 inputs are exact products with fp32 accumulation and the state products split H0 into bf16 hi + lo
 (~fp32); the fp32 x fp32 products of the solve and output follow `precision`, those of the prep (the
 Neumann product; all Grams of fp32 inputs) `inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`;
-the defaults: ieee for fp32 inputs, tf32 for bf16 inputs).
+the defaults: ieee for fp32 inputs, bf16x3 for bf16 inputs).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class GDNTreeConfig(NamedTuple):
     BV: int = 32  # value columns per program of the solve kernel
     num_warps: int = 4  # of the solve kernel
     num_stages: int = 1  # of the solve kernel
-    precision: str = "auto"  # fp32 x fp32 products: 'auto' = ieee for fp32 inputs, tf32 for bf16 inputs
+    precision: str = "auto"  # fp32 x fp32 products: 'auto' = ieee for fp32 inputs, bf16x3 for bf16 inputs
     prep_warps: int = 4  # of the prep kernel
     prep_stages: int = 1  # of the prep kernel
     BVP: int = 32  # value columns per state item of the prep kernel
@@ -59,22 +59,23 @@ class GDNTreeConfig(NamedTuple):
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16, initial_state: bool = True) -> GDNTreeConfig:
-    """The fixed configuration for T nodes (benchmarks/results/kernels/NOTES.md has the H200 sweeps).
-    bf16 inputs: tiles of 16 / 32 rows up to 32 nodes, 64 rows beyond (fewer solve steps; the diagonal
-    items run the Neumann product on their own); 8 warps for the solve once 4 warps' registers no longer
-    hold its [T, BV] residual (T > 128). fp32 inputs (ieee dots, register-hungry): 16/32-row tiles, 8 warps.
-    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
-    BT = 16 if T <= 16 else 32 if (T <= 32 or dtype == torch.float32) else 64
+    """The fixed configuration for T nodes, from the H200 sweeps (benchmarks/results/kernels/NOTES.md, v7).
+    bf16 inputs: tiles of 16 / 32 rows up to 32 nodes, 64 rows beyond (half the solve's steps of 32-row
+    tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
+    programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
+    fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
+    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64); `initial_state` no longer matters."""
+    fp32 = dtype == torch.float32
+    BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
     BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
-    fp32 = dtype == torch.float32  # 8 warps: fewer spills of the fp32 FMA dots (ptxas, sm_90a)
-    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if (T > 128 or fp32) else 4,
-                         prep_warps=8 if fp32 else 4)  # fmt: skip
+    return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
+                         BVP=min(128, next_pow2(V)) if BT == 64 else 32)  # fmt: skip
 
 
 def resolve_precision(precision: str, dtype: torch.dtype) -> int:
-    """'auto' -> tf32 for 16-bit inputs (their own rounding dominates), ieee for fp32; else as named."""
-    if precision == "auto":
-        precision = "ieee" if dtype == torch.float32 else "tf32"
+    """'auto' -> ieee for fp32 inputs, bf16x3 (~fp32) for 16-bit inputs; else as named. The v7 sweep: tf32
+    is 1-2 us faster at T=128 but leaves ~1e-3 of error in o (norm-wise 1.9e-3 after bf16 rounding on
+    chains, against the 1.66e-3 floor); bf16x3 stays at 3-6e-6."""
     return precision_code(precision, dtype)
 
 
