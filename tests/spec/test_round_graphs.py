@@ -158,3 +158,26 @@ def test_round_graph_mode_from_the_environment(monkeypatch):
     monkeypatch.setenv("WEAVER_ROUND_GRAPHS", "one")
     with pytest.raises(weaver.errors.GenerationConfigError, match="WEAVER_ROUND_GRAPHS"):
         make()
+
+
+def test_bench_rounds_times_the_one_graph_round_whatever_the_default(llm, monkeypatch):
+    """`weaver bench rounds` takes the round's time from one graph per round and the stages' from five, also
+    when the engine's default mode is five graphs (the H200 run of 2026-12-01 hit a KeyError there); the
+    engine's mode comes back afterwards."""
+    import argparse
+
+    from weaver.bench import rounds
+    from weaver.spec.builders import BUILDERS
+
+    def graphable_here(cfg, device) -> bool:  # as round_graphs.graphable, without the CUDA check
+        return cfg.rule == "greedy" and cfg.method in BUILDERS
+
+    monkeypatch.setattr("weaver.spec.engine.graphable", graphable_here)
+    monkeypatch.setattr(llm.engine, "use_cuda_graphs", True)
+    monkeypatch.setattr(llm.engine, "timing", True)
+    monkeypatch.setattr(llm.engine, "round_graphs", "stages")
+    args = argparse.Namespace(new_tokens=12, temperature=0.0)
+    row = rounds.measure(llm, [[5, 17, 42, 8], [3, 1, 4]], "chain", 8, args)
+    assert row["cuda_graphs"] and llm.engine.round_graphs == "stages"
+    assert row["round_ms"] > 0 and set(row["stage_ms"]) == set(STAGES)
+    assert all(v > 0 for v in row["stage_ms"].values())

@@ -94,21 +94,24 @@ def measure(llm, prompts: list, method: str, budget: int, args: argparse.Namespa
     Captured rounds run twice: as ONE graph per round (tok/s and the round's device time) and as five
     graphs (each stage's device time). Eager rounds give both from one run (host clocks around stages).
     """
-    run = generate_all(llm, prompts, method, budget, args)
-    graphed = method != "ar" and bool(getattr(llm._spec, "last_round_graphed", False))
+    mode = llm.engine.round_graphs  # the engine's default (WEAVER_ROUND_GRAPHS) comes back afterwards
+    llm.engine.round_graphs = "round"
+    try:
+        run = generate_all(llm, prompts, method, budget, args)
+        graphed = method != "ar" and bool(getattr(llm._spec, "last_round_graphed", False))
+        stages = run["samples"]
+        if graphed:
+            llm.engine.round_graphs = "stages"
+            stages = generate_all(llm, prompts, method, budget, args)["samples"]
+    finally:
+        llm.engine.round_graphs = mode
     row = {"method": method, "budget": budget, "tau": run["emitted"] / max(run["rounds"], 1), "rounds": run["rounds"],
            "tok_per_s": len(prompts) * args.new_tokens / run["seconds"], "cuda_graphs": graphed}
     if method == "ar":  # one device time per chunk of decode steps: the mean step
         row["round_ms"] = 1e3 * sum(run["samples"].get("verify", [])) / max(run["rounds"], 1)
         row["stage_ms"] = {"verify": row["round_ms"]}
         return row
-    stages = run["samples"]
     if graphed:
-        llm.engine.round_graphs = "stages"
-        try:
-            stages = generate_all(llm, prompts, method, budget, args)["samples"]
-        finally:
-            llm.engine.round_graphs = "round"
         row["round_ms"] = 1e3 * statistics.median(run["samples"]["round"])
     else:  # eager: the round is the sum of its stages
         per_round = [sum(times) for times in zip(*(stages[s] for s in STAGES[1:]), strict=True)]
