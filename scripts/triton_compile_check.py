@@ -23,7 +23,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from weaver.ops.triton._utils import next_pow2  # noqa: E402
+from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
 
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
 
@@ -52,7 +52,7 @@ def report(name: str, kern) -> str:
 def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
-    prec = gt.resolve_precision(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
+    prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
     TP = gt.tile_rows(T, cfg.BT)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
     prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "amat", "pmat", "rhs", "qh", "aux_k", "aux_G")}

@@ -24,7 +24,7 @@ def main() -> int:
         s = make_set(T, kind, 7 * T, torch.bfloat16, "cuda")
         if not h0:
             s["h0"] = None
-        name = f"probe T={T} {kind} h0={h0} BT={default_config(T, 128, initial_state=h0).BT}"
+        name = f"probe T={T} {kind} h0={h0} BT={default_config(T, 128).BT}"
         try:
             o, _ = wt.gdn_tree(s["q"], s["k"], s["v"], s["g"], s["beta"], s["par"], initial_state=s["h0"],
                                out_dtype=torch.float32)  # fmt: skip

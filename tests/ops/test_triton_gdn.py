@@ -239,13 +239,11 @@ def test_gdn_tree_cuda_graph_capture() -> None:
 
 
 def test_default_config_follows_the_h200_sweeps(monkeypatch) -> None:
-    """64-row tiles (state items of all 128 value columns) for bf16 inputs from 64 nodes, with or without an
-    initial state; 32 rows for fp32 inputs."""
+    """64-row tiles (state items of all 128 value columns) for bf16 inputs from 64 nodes; 32 rows for fp32."""
     from weaver.ops.triton.gdn_tree import default_config
 
     monkeypatch.delenv("WEAVER_GDN_TREE_BT", raising=False)
     assert default_config(128, 128).BT == 64 and default_config(128, 128).BVP == 128
-    assert default_config(128, 128, initial_state=False).BT == 64
     assert default_config(32, 128).BVP == 32
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32

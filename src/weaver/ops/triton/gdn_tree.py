@@ -51,32 +51,28 @@ class GDNTreeConfig(NamedTuple):
     BV: int = 32  # value columns per program of the solve kernel
     num_warps: int = 4  # of the solve kernel
     num_stages: int = 1  # of the solve kernel
-    precision: str = "auto"  # fp32 x fp32 products: 'auto' = ieee for fp32 inputs, bf16x3 for bf16 inputs
+    # fp32 x fp32 products: 'auto' = ieee for fp32 inputs, bf16x3 (~fp32) for bf16 inputs. The v7 sweep: tf32
+    # is 1-2 us faster at T=128 but leaves ~1e-3 of error in o (1.9e-3 norm-wise after bf16 rounding on chains,
+    # against the 1.66e-3 floor); bf16x3 stays at 3-6e-6.
+    precision: str = "auto"
     prep_warps: int = 4  # of the prep kernel
     prep_stages: int = 1  # of the prep kernel
     BVP: int = 32  # value columns per state item of the prep kernel
     inv_precision: str = "auto"  # fp32 x fp32 products of the prep kernel; 'auto' = as `precision`
 
 
-def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16, initial_state: bool = True) -> GDNTreeConfig:
+def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
     """The fixed configuration for T nodes, from the H200 sweeps (benchmarks/results/kernels/NOTES.md, v7).
     bf16 inputs: tiles of 16 / 32 rows up to 32 nodes, 64 rows beyond (half the solve's steps of 32-row
     tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
-    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64); `initial_state` no longer matters."""
+    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
     fp32 = dtype == torch.float32
     BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
     BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
                          BVP=min(128, next_pow2(V)) if BT == 64 else 32)  # fmt: skip
-
-
-def resolve_precision(precision: str, dtype: torch.dtype) -> int:
-    """'auto' -> ieee for fp32 inputs, bf16x3 (~fp32) for 16-bit inputs; else as named. The v7 sweep: tf32
-    is 1-2 us faster at T=128 but leaves ~1e-3 of error in o (norm-wise 1.9e-3 after bf16 rounding on
-    chains, against the 1.66e-3 floor); bf16x3 stays at 3-6e-6."""
-    return precision_code(precision, dtype)
 
 
 def tile_rows(T: int, BT: int) -> int:
@@ -368,8 +364,8 @@ def gdn_tree_fwd(
     use_h0 = initial_state is not None
     qh = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev) if use_h0 else rhs
     lowp = q.dtype == torch.bfloat16 and k.dtype == torch.bfloat16
-    prec = resolve_precision(config.precision, q.dtype)
-    prep_prec = prec if config.inv_precision == "auto" else resolve_precision(config.inv_precision, q.dtype)
+    prec = precision_code(config.precision, q.dtype)
+    prep_prec = prec if config.inv_precision == "auto" else precision_code(config.inv_precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
     gdn_tree_prep_kernel[(B * HV, sum(prep_items(T, BT, V, config.BVP)))](
@@ -423,7 +419,7 @@ def gdn_tree(
     if tree.anc.shape != (B, T, T):
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")
     check_device(q, k, v, g, beta, initial_state, tree.anc)
-    cfg = config if config is not None else default_config(T, V, q.dtype, initial_state is not None)
+    cfg = config if config is not None else default_config(T, V, q.dtype)
     scale = K**-0.5 if scale is None else scale
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     if initial_state is not None:
