@@ -126,6 +126,15 @@ def method_fused(s: dict, cfg=None, prebuilt: bool = False):
     return run
 
 
+def fused_fp32_out(s: dict, cfg=None) -> torch.Tensor:
+    """The fused kernel's o in fp32 (its own arithmetic error, before rounding o to bf16)."""
+    from weaver.ops import triton as wt
+
+    o, _ = wt.gdn_tree(s["q"], s["k"], s["v"], s["g"], s["beta"], s["par"], initial_state=s["h0"], config=cfg,
+                       out_dtype=torch.float32)  # fmt: skip
+    return o
+
+
 def method_prep(s: dict):
     """The prep launch alone (Grams, G, diagonal inverses, state products), structure prebuilt."""
     from weaver.ops import triton as wt
@@ -366,7 +375,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import triton
 
-    from weaver.ops import triton as wt
     from weaver.ops.triton.gdn_tree import default_config
 
     try:
@@ -396,8 +404,7 @@ def run(args: argparse.Namespace) -> int:
             row["norm_err_bf16_rounding"] = norm_err(ref, ref.to(dtype)) if dtype != torch.float32 else 0.0
             s0 = sets[0]
             try:  # the kernel's arithmetic error, before rounding o to bf16
-                o32, _ = wt.gdn_tree(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"], s0["par"],
-                                     initial_state=s0["h0"], out_dtype=torch.float32)  # fmt: skip
+                o32 = fused_fp32_out(s0)
                 row["fused_err_fp32_out"], row["fused_norm_err_fp32_out"] = rel_err(ref, o32), norm_err(ref, o32)
             except Exception as e:
                 print(f"T={T} {kind} fp32-out: {type(e).__name__}: {e}", flush=True)
@@ -466,9 +473,7 @@ def run(args: argparse.Namespace) -> int:
                     rec = dict(T=T, kind=kind, **cfg._asdict())
                     try:
                         rec["err"] = rel_err(ref, method_fused(sets[0], cfg)())
-                        o32, _ = wt.gdn_tree(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"], s0["par"],
-                                             initial_state=s0["h0"], config=cfg, out_dtype=torch.float32)  # fmt: skip
-                        rec["norm_err_fp32_out"] = norm_err(ref, o32)
+                        rec["norm_err_fp32_out"] = norm_err(ref, fused_fp32_out(s0, cfg))
                         rec["us"], _ = time_graphs([method_fused(s, cfg, True) for s in sets[:4]], 60, 2)
                     except Exception as e:
                         rec["error"] = f"{type(e).__name__}: {e}"[:300]
