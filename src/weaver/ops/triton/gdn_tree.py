@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from weaver.ops.gdn import GDNTreeAux, check_gdn_shapes
-from weaver.ops.triton._utils import check_device, dot_lp, interpreting, mm, next_pow2, precision_code
+from weaver.ops.triton._utils import check_device, dot_lp, interpreting, mm, next_pow2, precision_code, split_bf16
 from weaver.ops.triton.structure import TreeStructure, as_structure
 
 __all__ = ["GDNTreeConfig", "default_config", "gdn_tree"]
@@ -246,8 +246,7 @@ def _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_
         b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
                       mask=m_k[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)  # fmt: skip
         if LOWP:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
-            b_hhi = b_h.to(tl.bfloat16)
-            b_hlo = (b_h - b_hhi.to(tl.float32)).to(tl.bfloat16)
+            b_hhi, b_hlo = split_bf16(b_h, INTERPRET)
             b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
             b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
         else:
