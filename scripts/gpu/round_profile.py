@@ -1,0 +1,120 @@
+"""H200: where a captured speculative round spends its device time, stage by stage and kernel by kernel.
+
+    python3 scripts/gpu/round_profile.py --specs ar chain:16 weaver:64 | tee $OUT/round_profile.txt
+
+SmolLM2-135M shapes with random weights (`smollm2-shape`), bf16, random 3-layer drafter, random width-512
+Weaver, as `weaver bench rounds`. Per method: capture the round (one graph per stage), then replay each
+stage's graph alone R times: device time per replay from CUDA events (median), and under torch.profiler
+the kernels it launches (count, summed kernel time). "gaps" = event time - kernel time: launch latency
+between the graph's kernels, which dominates at batch 1 on a 135M model. ar: the captured decode step.
+Also the whole round as one graph (median of R replays). Prints a table per method and the top kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import weaver
+from weaver.spec.round_graphs import STAGES
+
+PROMPT = [(3 * j + 7) % 1000 for j in range(40)]
+
+
+def event_ms(fn, reps: int) -> list[float]:
+    """Device ms of each of `reps` calls of fn (CUDA events around each)."""
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def kernels(fn, reps: int) -> collections.Counter:
+    """{kernel name: (launches, summed us)} per call of fn, from the profiler's device events."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    count: collections.Counter = collections.Counter()
+    time_us: collections.Counter = collections.Counter()
+    for ev in prof.profiler.kineto_results.events():
+        if ev.device_type() == torch.autograd.DeviceType.CUDA and ev.activity_type() in ("kernel", "gpu_op"):
+            name = ev.name()[:70]
+            count[name] += 1
+            time_us[name] += ev.duration_ns() / 1e3
+    return {name: (count[name] / reps, time_us[name] / reps) for name in count}
+
+
+def summarise(label: str, fn, reps: int, rows: list, top: dict) -> None:
+    ms = statistics.median(event_ms(fn, reps))
+    ks = kernels(fn, max(3, reps // 4))
+    launches = sum(c for c, _ in ks.values())
+    busy_ms = sum(t for _, t in ks.values()) / 1e3
+    rows.append((label, ms, launches, busy_ms))
+    top[label] = sorted(ks.items(), key=lambda kv: -kv[1][1])[:8]
+
+
+def profile_method(llm, method: str, budget: int, reps: int) -> None:
+    print(f"\n## {method} budget {budget}", flush=True)
+    rows: list = []
+    top: dict = {}
+    if method == "ar":
+        llm.generate(PROMPT, method="ar", max_new_tokens=8, ignore_eos=True, chat=False)
+        step = [g for key, g in llm.engine._graphs.items() if key[0] == "decode"][-1]
+        summarise("ar step", step.graph.replay, reps, rows, top)  # advances the cache by reps tokens
+    else:
+        for mode in ("stages", "round"):
+            llm.engine.round_graphs = mode
+            llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=4, ignore_eos=True, chat=False)
+            rg = [g for k, g in llm._spec._graphs.items() if k[0] == method and k[1] == budget and k[-1] == mode][0]
+            if mode == "stages":
+                print(f"compiled stages: {rg.compiled}", flush=True)
+                for name, graph in zip(STAGES, rg.graphs, strict=True):
+                    if name == "commit":  # advances the caches: few replays from a fresh state
+                        llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True,
+                                     chat=False)
+                        summarise(name, graph.replay, 8, rows, top)
+                    else:
+                        summarise(name, graph.replay, reps, rows, top)
+            else:
+                llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True, chat=False)
+                summarise("ROUND (one graph)", rg.graphs[0].replay, 8, rows, top)
+        llm.engine.round_graphs = "stages"
+    print(f"{'stage':<20} {'event ms':>9} {'kernels':>8} {'kernel ms':>10} {'gaps ms':>8} {'us/kernel':>9}")
+    for label, ms, launches, busy in rows:
+        print(f"{label:<20} {ms:9.3f} {launches:8.1f} {busy:10.3f} {ms - busy:8.3f} {1e3 * ms / max(launches, 1):9.2f}")
+    for label, items in top.items():
+        print(f"-- {label}: top kernels (launches per call, us per call)")
+        for name, (c, t) in items:
+            print(f"   {c:6.1f} x {t / max(c, 1):7.2f} us = {t:8.1f} us  {name}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
+    parser.add_argument("--reps", type=int, default=40)
+    parser.add_argument("--model", default="smollm2-shape")
+    args = parser.parse_args()
+    llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
+                                 drafter="random:3", adapter="random:512")
+    print(torch.cuda.get_device_name(), torch.__version__, flush=True)
+    for spec in args.specs:
+        method, _, budget = spec.partition(":")
+        try:
+            profile_method(llm, method, int(budget or 0), args.reps)
+        except Exception as err:  # noqa: BLE001 - report and go on to the next spec
+            print(f"{spec}: {type(err).__name__}: {err}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
