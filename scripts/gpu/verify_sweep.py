@@ -3,10 +3,10 @@
     python3 scripts/gpu/verify_sweep.py --out $OUT/verify_sweep.json | tee $OUT/verify_sweep.txt
     WEAVER_TRITON_TUNING=$OUT/verify_sweep.json python3 -m weaver.cli bench rounds ...   # run with the best
 
-Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out)
-at 16 and 65 rows, `tree_attention` and `tree_rope_kv_write` at 16 and 65 nodes after a 300-token prefix,
-bf16. Search per shape: the built-in config, a coarse grid of tile sizes (4 warps, 3 stages), then warps x
-stages around its best three. Each config is compiled first by a pool of worker processes (Triton's disk
+Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out;
+tensor-core tiles and the narrow CUDA-core ones) at 16 and 65 rows, the fused `tree_attention` (RoPE +
+K/V write + attention) at 16 and 65 nodes after a 300-token prefix, bf16. Search per shape: the built-in
+config, a coarse grid of tile sizes (4 warps, 3 stages), then warps x stages around its best three. Each config is compiled first by a pool of worker processes (Triton's disk
 cache carries the binaries over), then timed here: one CUDA graph of launches that cycle through enough
 copies of the weights (caches) to exceed the L2 cache, as in a real verify pass; median over replays, per
 launch. A config that fails to compile or run is reported, not fatal; a time budget bounds the run. Prints
@@ -48,7 +48,7 @@ DEVICE = torch.device("cuda")  # --cpu-smoke: the CPU, kernels interpreted (a pl
 def case_names() -> list[tuple[str, str, int]]:
     """(kernel, shape name, rows or nodes) for every timed shape."""
     cases = [("gemm_rows", name, m) for name in GEMMS for m in ROWS]
-    return cases + [(kernel, "tree", t) for kernel in ("tree_attention", "tree_rope_kv_write") for t in ROWS]
+    return cases + [("tree_attention", "tree", t) for t in ROWS]
 
 
 def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
@@ -72,12 +72,9 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
     lengths = torch.tensor([PREFIX], device=dev)
     slots = PREFIX + 128
     caches = [(randn(1, HKV, slots, D), randn(1, HKV, slots, D)) for _ in range(copies)]
-    if kernel == "tree_attention":
-        q = randn(m, H * D)
-        return [(q, ck, cv, lengths, ancestor_mask(parents)) for ck, cv in caches]
     qkv = randn(m, (H + 2 * HKV) * D)
     inv_freq = 1.0 / (100000 ** (torch.arange(0, D, 2, device=dev).float() / D))
-    return [(qkv, ck, cv, lengths, node_depth(parents), inv_freq) for ck, cv in caches]
+    return [(qkv, ck, cv, lengths, node_depth(parents), ancestor_mask(parents), inv_freq) for ck, cv in caches]
 
 
 def launch(kernel: str, name: str, config: tuple, args: tuple):
@@ -91,11 +88,8 @@ def launch(kernel: str, name: str, config: tuple, args: tuple):
         norm_out = torch.empty_like(x) if "norm_out" in flags else None
         return wt.fused_gemv(x, w, norm_weight=nw, residual=res, swiglu="swiglu" in flags, norm_out=norm_out,
                              out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config))
-    if kernel == "tree_attention":
-        block_r, block_s, warps, stages = config
-        return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
-    qkv, ck, cv, lengths, depth, inv_freq = args
-    return wt.tree_rope_kv_write(qkv, ck, cv, lengths, depth, inv_freq, H, HKV, num_warps=config[0])
+    block_r, block_s, warps, stages = config
+    return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
 
 
 def default_config(kernel: str, name: str, m: int) -> tuple:
@@ -105,7 +99,7 @@ def default_config(kernel: str, name: str, m: int) -> tuple:
 
         n, k, flags = GEMMS[name]
         return tuple(gemm_rows_config(n // 2 if "swiglu" in flags else n, k, m, torch.device("cuda")))
-    return (32, 64, 4, 3) if kernel == "tree_attention" else (4,)
+    return (32, 64, 4, 3)
 
 
 def table_key(kernel: str, name: str, m: int) -> str:
@@ -132,16 +126,15 @@ def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
                                             [32, 64, 128, 256]):
             if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and bm * bk <= 8192 and bn * bk <= 16384:
                 grid.append((bm, bn, bk, 4, 3))
+        for bm, bn, bk in itertools.product([8, 16] if m <= 16 else [16, 32], [1, 2, 4, 8], [64, 128, 256]):
+            if bm * bn * bk <= 16384:  # CUDA-core tiles (block_n < 16): the [M, K, N] products in registers
+                grid.append((bm, bn, bk, 4, 3))
         return grid
-    if kernel == "tree_attention":
-        return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]
-    return [(w,) for w in (1, 2, 4, 8)]
+    return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]
 
 
 def refine_grid(kernel: str, best: list[tuple]) -> list[tuple]:
     """Warps x stages around the best tile sizes."""
-    if kernel == "tree_rope_kv_write":
-        return []
     tiles = {cfg[:-2] for cfg in best}
     return [(*t, w, s) for t in sorted(tiles) for w, s in itertools.product([1, 2, 4, 8], [1, 2, 3, 4])]
 

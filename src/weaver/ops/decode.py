@@ -4,8 +4,8 @@ A batch-1 decode step of a small model is launch-bound, so the fast path runs ea
 kernels: (norm + qkv GEMV), (qk-norm + rope + K/V write + attention), (o GEMV + residual),
 (norm + gate/up GEMV + SiLU*up), (down GEMV + residual). These references define what each fused
 kernel computes, with the rounding points of the unfused model code (`weaver.models`).
-The tree verify (`weaver.ops.triton.verify`) splits the attention kernel in two: K/V write, then
-tree attention (`tree_rope_kv_write_ref`, `tree_attention_ref`), and runs the GEMVs over B T rows.
+The tree verify (`weaver.ops.triton.verify`) has one attention kernel too, whose reference is the K/V
+write then tree attention (`tree_verify_attention_ref`), and runs the GEMVs over B T rows.
 """
 
 from __future__ import annotations
@@ -135,3 +135,23 @@ def tree_attention_ref(
         enable_gqa=num_heads != num_kv_heads,
     )
     return out.transpose(1, 2).reshape(b * t, num_heads * d)
+
+
+def tree_verify_attention_ref(
+    qkv: torch.Tensor,  # [B T, (H + 2 Hkv) D]
+    cache_k: torch.Tensor,  # [B, Hkv, S, D]: receives the tree's K/V at slots lengths + j
+    cache_v: torch.Tensor,
+    lengths: torch.Tensor,  # [B]
+    depth: torch.Tensor,  # [B, T]
+    anc: torch.Tensor,  # [B, T, T] bool ancestor-or-self
+    inv_freq: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """What the fused Triton `tree_attention` computes: the K/V write, then attention; o [B T, H D]."""
+    q = tree_rope_kv_write_ref(qkv, cache_k, cache_v, lengths, depth, inv_freq, num_heads, num_kv_heads,
+                               q_norm, k_norm, eps)
+    return tree_attention_ref(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads)

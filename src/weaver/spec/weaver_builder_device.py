@@ -5,13 +5,14 @@ Per row the frontier is a fixed tensor [B, F] (score, parent node, token, log p,
 empty), with F = max(N * c, w): the children of node i live in columns i*c .. i*c + c - 1 (a node is
 expanded at most once, so a column is written once). One pop round:
 
-    take the best w frontier entries (torch.topk, sorted), keep the first min(w, budget - count) finite
+    take the best w frontier entries (topk_last, sorted), keep the first min(w, budget - count) finite
     ones, append them as nodes count+1, count+2, ... (a scatter at per-row offsets: the host's pop order)
     run ONE batched adapter step for them (entries that do not grow go to scratch slots N .. N+w-1,
     exactly as the host pads its calls) and scatter each grown node's top-c children into its columns.
 
 Scores are float64 sums of float32 log-probs, as on the host, so both builders pop the same entries in
-the same order and return identical trees (ties aside: the host breaks them by push order, topk does not).
+the same order and return identical trees (ties aside: the host breaks them by push order, torch.topk does
+not; on CUDA `topk_last` is a Triton kernel that takes the lowest column first, which is push order).
 
 Rounds. The loop runs `weaver_search_rounds(budget', w, D', c)` times, a function of the sizes only
 (budget' = N - 1). A host round pops w nodes, or finishes the row, or drains the frontier (pops all of
@@ -32,6 +33,7 @@ import math
 
 import torch
 
+from weaver.ops.topk import topk_last
 from weaver.spec.builders import register_builder
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverRound
@@ -65,9 +67,7 @@ def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
     """Pop rounds that cover every host search of `nodes` non-root nodes (static: see the module docstring)."""
     if nodes <= 0:
         return 0
-    no_drain = all(
-        c * (1 + _fewest_expanded(m, c, depth)) - m >= min(width, nodes - m) for m in range(0, nodes, width)
-    )
+    no_drain = all(c * (1 + _fewest_expanded(m, c, depth)) - m >= min(width, nodes - m) for m in range(0, nodes, width))
     if no_drain:
         return math.ceil(nodes / width)
     drains = min(depth - 1, nodes - 1)
@@ -92,7 +92,7 @@ class _Frontier:
 
         Returns take [B, w] bool (a prefix of each row), score [B, w], item [B, w, 3], log p [B, w].
         """
-        score, col = torch.topk(self.score[:, : self.sink], self.lane.shape[0], dim=1)  # [B, w], descending
+        score, col = topk_last(self.score[:, : self.sink], self.lane.shape[0])  # [B, w], descending
         take = (score > _NEG_INF) & (self.lane < room[:, None])  # [B, w]
         self.score.scatter_(1, col, torch.where(take, _NEG_INF, score))
         item = self.item.gather(1, col[..., None].expand(-1, -1, 3))
@@ -133,7 +133,7 @@ def _children(
     """
     parent, token, depth = (torch.where(grow, t, pad) for t, pad in zip(item.unbind(-1), (-1, 0, 0)))
     logp = adapter.step(state, torch.where(grow, node, scratch), token, parent, depth)  # [B, w, K]
-    top_lp, top_ix = torch.topk(logp, c, dim=-1)  # [B, w, c]
+    top_lp, top_ix = topk_last(logp, c)  # [B, w, c]
     pool = depth.clamp(max=state.depth - 1)  # [B, w]
     pool_ids = state.pool_ids.gather(1, pool[..., None].expand(-1, -1, state.pool_ids.shape[-1]))  # [B, w, K]
     return score[..., None] + top_lp.double(), pool_ids.gather(-1, top_ix), top_lp
