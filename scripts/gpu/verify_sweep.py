@@ -4,13 +4,14 @@
     WEAVER_TRITON_TUNING=$OUT/verify_sweep.json python3 -m weaver.cli bench rounds ...   # run with the best
 
 Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out;
-tensor-core tiles and the narrow CUDA-core ones) at 16 and 65 rows, the fused `tree_attention` (RoPE +
-K/V write + attention) at 16 and 65 nodes after a 300-token prefix, bf16. Search per shape: the built-in
-config, a coarse grid of tile sizes (4 warps, 3 stages), then warps x stages around its best three. Each config is compiled first by a pool of worker processes (Triton's disk
-cache carries the binaries over), then timed here: one CUDA graph of launches that cycle through enough
-copies of the weights (caches) to exceed the L2 cache, as in a real verify pass; median over replays, per
-launch. A config that fails to compile or run is reported, not fatal; a time budget bounds the run. Prints
-a table and the best config per shape; the JSON's "best" entry is the table `ops/triton/tuning.py` reads.
+tensor-core tiles and the narrow CUDA-core ones) at 16 and 65 rows, the fused `tree_attention` (RoPE + K/V
+write + attention) at 16 and 65 nodes after a 300-token prefix, bf16. Search per shape: the built-in config, a
+coarse grid of tile sizes (4 warps, 3 stages), then warps x stages around its best three. Each config is
+compiled first by a pool of worker processes (Triton's disk cache carries the binaries over), then timed here:
+one CUDA graph of launches that cycle through enough copies of the weights (caches) to exceed the L2 cache, as
+in a real verify pass; median over replays, per launch. A config that fails to compile or run is reported, not
+fatal; a time budget bounds the run. Prints a table and the best config per shape; the JSON's "best" entry is
+the table `ops/triton/tuning.py` reads.
 """
 
 from __future__ import annotations
