@@ -1,6 +1,7 @@
 """Compile the GDN tree kernels for Hopper (sm_90a) on a machine without a GPU; print registers and spills.
 
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
+    TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -26,6 +27,7 @@ from triton.compiler import ASTSource  # noqa: E402
 from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
 
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
+tk = importlib.import_module("weaver.ops.triton.topk")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1):
@@ -67,9 +69,23 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     return [report(f"T={T} {dtype} {cfg} prep", prep), report(f"T={T} {dtype} {cfg} solve", solve)]
 
 
+def check_small_topk() -> list[str]:
+    """The tree builders' top-k kernel at their shapes (frontier pop N=520 k=4, children N=512 k=8) and the
+    largest it takes (N=8192, k=64), with the launcher's block size and warps."""
+    out = []
+    for el in ("fp32", "fp64"):
+        for N, k in ((520, 4), (512, 8), (8192, 64)):
+            block_n, block_k, warps = tk.topk_config(N, k)
+            args = dict(x=f"*{el}", values=f"*{el}", indices="*i64", N="i32", k="i32", stride_x="i32")
+            const = dict(BLOCK_N=block_n, BLOCK_K=block_k, IS64=el == "fp64")
+            kern = compile_kernel(tk.small_topk_kernel, args, const, num_warps=warps)
+            out.append(report(f"small_topk {el} N={N} k={k}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--T", type=int, nargs="+", default=[16, 32, 64, 128, 256])
+    parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
     parser.add_argument("--dtype", nargs="+", default=["bf16", "fp32"])
     parser.add_argument("--BV", type=int, nargs="+", default=[])
     parser.add_argument("--warps", type=int, nargs="+", default=[], help="solve kernel warps to try")
@@ -77,8 +93,12 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=[], help="fp32 product precisions to try")
     parser.add_argument("--BVP", type=int, nargs="+", default=[], help="state item widths to try")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
+    parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     args = parser.parse_args()
     print("triton", triton.__version__)
+    if args.topk:
+        for line in check_small_topk():
+            print(line, flush=True)
     for T in args.T:
         for dtype in args.dtype:
             base = gt.default_config(T, 128, torch.bfloat16 if dtype == "bf16" else torch.float32)

@@ -82,7 +82,7 @@ def test_small_topk_ties_and_neg_inf(dtype: torch.dtype) -> None:
     assert i[3].tolist() == [6, 4, 7, 0, 1, 3, 2, 5]
 
 
-@settings(max_examples=10 if FULL else 12, deadline=None)
+@settings(max_examples=10 if FULL else 20, deadline=None)
 @given(
     R=st.integers(1, 64 if FULL else 3),
     N=st.integers(1, TOPK_MAX_N if FULL else 300),

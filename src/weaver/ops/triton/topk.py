@@ -22,7 +22,7 @@ import triton.language as tl
 from weaver.ops.topk import TOPK_MAX_K, TOPK_MAX_N
 from weaver.ops.triton._utils import check_device, next_pow2
 
-__all__ = ["small_topk"]
+__all__ = ["small_topk", "topk_config"]
 
 
 @triton.jit
@@ -65,6 +65,12 @@ def small_topk_kernel(x, values, indices, N, k, stride_x, BLOCK_N: tl.constexpr,
     tl.store(indices + i_r * k + o_k, out_idx.to(tl.int64), mask=m_k)
 
 
+def topk_config(n: int, k: int) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) of the launch: the whole row in one block, 4 warps (8 past 2048)."""
+    block_n = next_pow2(n, 32)
+    return block_n, next_pow2(k, 2), 4 if block_n <= 2048 else 8
+
+
 def small_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest k entries of each row, sorted descending: `torch.topk(x, k, dim=1)` for short rows.
 
@@ -90,9 +96,9 @@ def small_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     indices = torch.empty(R, k, dtype=torch.int64, device=x.device)
     if R == 0:
         return values, indices
-    BLOCK_N = next_pow2(N, 32)
+    BLOCK_N, BLOCK_K, num_warps = topk_config(N, k)
     small_topk_kernel[(R,)](
-        x, values, indices, N, k, x.stride(0), BLOCK_N=BLOCK_N, BLOCK_K=next_pow2(k, 2),
-        IS64=x.dtype == torch.float64, num_warps=4 if BLOCK_N <= 2048 else 8,
+        x, values, indices, N, k, x.stride(0), BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IS64=x.dtype == torch.float64,
+        num_warps=num_warps,
     )  # fmt: skip
     return values, indices
