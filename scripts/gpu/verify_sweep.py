@@ -3,8 +3,8 @@
     python3 scripts/gpu/verify_sweep.py --out $OUT/verify_sweep.json | tee $OUT/verify_sweep.txt
     WEAVER_TRITON_TUNING=$OUT/verify_sweep.json python3 -m weaver.cli bench rounds ...   # run with the best
 
-Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out;
-tensor-core tiles and the narrow CUDA-core ones) at 16 and 65 rows, the fused `tree_attention` (RoPE + K/V
+Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out)
+at 16 and 65 rows, the fused `tree_attention` (RoPE + K/V
 write + attention) at 16 and 65 nodes after a 300-token prefix, bf16. Search per shape: the built-in config, a
 coarse grid of tile sizes (4 warps, 3 stages), then warps x stages around its best three. Each config is
 compiled first by a pool of worker processes (Triton's disk cache carries the binaries over), then timed here:
@@ -126,9 +126,6 @@ def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
         for bm, bn, bk in itertools.product([16] if m <= 16 else [16, 32, 64, 128], [16, 32, 64, 128],
                                             [32, 64, 128, 256]):
             if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and bm * bk <= 8192 and bn * bk <= 16384:
-                grid.append((bm, bn, bk, 4, 3))
-        for bm, bn, bk in itertools.product([8, 16] if m <= 16 else [16, 32], [1, 2, 4, 8], [64, 128, 256]):
-            if bm * bn * bk <= 16384:  # CUDA-core tiles (block_n < 16): the [M, K, N] products in registers
                 grid.append((bm, bn, bk, 4, 3))
         return grid
     return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]

@@ -25,8 +25,7 @@ from weaver.testing import assert_close, root_path
 
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 HEADS = [(9, 3), (4, 4), (8, 2), (4, 1)]
-TILES = [None, GemmTiles(16, 16, 16, 1, 1), GemmTiles(32, 32, 64, 2, 2), GemmTiles(16, 64, 32, 8, 4),
-         GemmTiles(16, 4, 64, 1, 1), GemmTiles(8, 2, 32, 2, 3), GemmTiles(1, 8, 16, 4, 2)]  # the last three: FMA
+TILES = [None, GemmTiles(16, 16, 16, 1, 1), GemmTiles(32, 32, 64, 2, 2), GemmTiles(16, 64, 32, 8, 4)]
 
 
 @st.composite
@@ -111,10 +110,8 @@ def test_fused_gemv_rejects_bad_norm_out():
         wt.fused_gemv(x, w, norm_weight=torch.ones(8, device=DEVICE), norm_out=torch.empty_like(x), row_tiles=False)
     with pytest.raises(ValueError, match="tiles configure the row-tiled"):
         wt.fused_gemv(x, w, row_tiles=False, tiles=GemmTiles(16, 16, 16))
-    with pytest.raises(ValueError, match="row tiles must be powers of two"):
-        wt.fused_gemv(x, w, tiles=GemmTiles(16, 12, 16))
-    with pytest.raises(ValueError, match="block_k >= 16"):
-        wt.fused_gemv(x, w, tiles=GemmTiles(16, 4, 8))
+    with pytest.raises(ValueError, match="powers of two >= 16"):
+        wt.fused_gemv(x, w, tiles=GemmTiles(16, 8, 16))
 
 
 def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
@@ -128,7 +125,7 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
     path.write_text(json.dumps(table))
     monkeypatch.setenv(tuning.ENV, str(path))
     assert tuning.tuned("gemm_rows", gemm) == [16, 16, 8, 1, 1] and tuning.tuned("gemm_rows", "n1") is None
-    with pytest.raises(ValueError, match="row tiles must be powers of two"):
+    with pytest.raises(ValueError, match="powers of two >= 16"):
         wt.fused_gemv(x, w)
     assert wt.fused_gemv(x[:15], w, row_tiles=True).shape == (15, 4)  # another shape: the default launch
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)

@@ -42,10 +42,7 @@ ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row t
 
 
 class GemmTiles(NamedTuple):
-    """Launch configuration of the row-tiled GEMV: tile sizes (powers of two) and Triton's options.
-
-    Tiles of 16 x 16 and up multiply on the tensor cores (tl.dot); a narrower block_m or block_n takes
-    CUDA-core FMAs instead, so a few rows can be spread over many small programs like the decode GEMV."""
+    """Launch configuration of the row-tiled GEMV: tile sizes (powers of two, >= 16) and Triton's options."""
 
     block_m: int
     block_n: int
@@ -200,23 +197,12 @@ def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
-def _mul_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.constexpr, FMA: tl.constexpr):
-    """a [M, K] @ w [K, N], fp32 result: `_dot_rows`, or (FMA) broadcast products summed over K on the CUDA
-    cores, for tiles below tl.dot's 16 x 16 (many small programs: a batch-1 verify is latency-bound)."""
-    if FMA:
-        return tl.sum(a[:, :, None] * w.to(tl.float32)[None, :, :], axis=1)
-    else:
-        return _dot_rows(a, w, DTYPE, W_DTYPE, INTERPRET)
-
-
-@triton.jit
 def _gemm_rows_kernel(
     x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
     M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
-    INTERPRET: tl.constexpr, FMA: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_m = tl.program_id(1)
@@ -252,10 +238,10 @@ def _gemm_rows_kernel(
                     tl.store(p_no, b_x.to(nout_ptr.dtype.element_ty), mask=mask_x)
         p_w = w_ptr + o_n[None, :] * stride_wn + o_k[:, None]  # [BLOCK_K, BLOCK_N]: W^T tile
         mask_w = mask_k[:, None] & mask_n[None, :]
-        acc += _mul_rows(b_x, tl.load(p_w, mask=mask_w, other=0.0), dtype, w_dtype, INTERPRET, FMA)
+        acc += _dot_rows(b_x, tl.load(p_w, mask=mask_w, other=0.0), dtype, w_dtype, INTERPRET)
         if SWIGLU:
             b_up = tl.load(p_w + HALF * stride_wn, mask=mask_w, other=0.0)
-            acc_up += _mul_rows(b_x, b_up, dtype, w_dtype, INTERPRET, FMA)
+            acc_up += _dot_rows(b_x, b_up, dtype, w_dtype, INTERPRET)
     y = acc
     if SWIGLU:
         gate = _round(acc, dtype)
@@ -272,9 +258,8 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
     """Launch the row-tiled kernel for fused_gemv (arguments already checked there)."""
     m, k = x.shape
     n_out = out.shape[1]
-    if any(b < 1 or b & (b - 1) for b in tiles[:3]) or tiles.block_k < 16:
-        raise ValueError(f"row tiles must be powers of two (block_k >= 16), got {tiles}")
-    fma = tiles.block_m < 16 or tiles.block_n < 16  # below tl.dot's smallest tile: CUDA-core products
+    if min(tiles[:3]) < 16 or any(b & (b - 1) for b in tiles[:3]):
+        raise ValueError(f"row tiles must be powers of two >= 16 (tl.dot), got {tiles}")
     grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m))
     _gemm_rows_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
@@ -283,7 +268,7 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
-        INTERPRET=interpreting(), FMA=fma, BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
+        INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
