@@ -77,7 +77,8 @@ def counted_kernels(counter_ref: list) -> SimpleNamespace:
     """
     from weaver.ops import decode
 
-    refs = {"fused_gemv": _reference_gemv, "tree_attention": decode.tree_verify_attention_ref}
+    refs = {"fused_gemv": _reference_gemv, "tree_attention": decode.tree_verify_attention_ref,
+            "rope_table": decode.rope_table}
 
     def wrap(name: str, fn):
         @functools.wraps(fn)

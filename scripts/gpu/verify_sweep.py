@@ -68,6 +68,7 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
         return [(x, randn(n, k, scale=k**-0.5), nw, res) for _ in range(copies)]
     parents = torch.tensor([[-1] + ([i - 1 for i in range(1, m)] if m <= 16 else
                                     [max(0, (i - 1) // 4) for i in range(1, m)])], device=dev)
+    from weaver.ops import triton as wt
     from weaver.ops.tree import ancestor_mask, node_depth
 
     lengths = torch.tensor([PREFIX], device=dev)
@@ -75,7 +76,8 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
     caches = [(randn(1, HKV, slots, D), randn(1, HKV, slots, D)) for _ in range(copies)]
     qkv = randn(m, (H + 2 * HKV) * D)
     inv_freq = 1.0 / (100000 ** (torch.arange(0, D, 2, device=dev).float() / D))
-    return [(qkv, ck, cv, lengths, node_depth(parents), ancestor_mask(parents), inv_freq) for ck, cv in caches]
+    rope = wt.rope_table(lengths, node_depth(parents), inv_freq, BF16)
+    return [(qkv, ck, cv, lengths, ancestor_mask(parents), rope) for ck, cv in caches]
 
 
 def launch(kernel: str, name: str, config: tuple, args: tuple):
@@ -218,7 +220,7 @@ def sweep(args: argparse.Namespace) -> dict:
     deadline = t0 + args.budget_s
     results: list[dict] = []
     best: dict[str, dict] = {}
-    cases = case_names()
+    cases = [case for case in case_names() if not args.kernels or case[0] in args.kernels]
     inputs = {}
     for case in cases:
         one = make_inputs(*case, 1)[0]
@@ -298,6 +300,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)),
                         help="compile worker processes (1: compile while timing)")
     parser.add_argument("--replays", type=int, default=15, help="graph replays per config (median)")
+    parser.add_argument("--kernels", nargs="*", choices=["gemm_rows", "tree_attention"], default=[],
+                        help="sweep only these kernels (default: all)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="plumbing check without a GPU: two configs per shape, interpreted, untimed")
     args = parser.parse_args()

@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.ops import triton as wt
-from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_rope_kv_write_ref, tree_verify_attention_ref
+from weaver.ops.decode import (
+    fused_gemv_ref,
+    rms_norm_ref,
+    rope_table,
+    tree_rope_kv_write_ref,
+    tree_verify_attention_ref,
+)
 from weaver.ops.tree import ancestor_mask, node_depth
 from weaver.ops.triton import tuning
 from weaver.ops.triton.decode import GemmTiles
@@ -129,9 +135,11 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
         wt.fused_gemv(x, w)
     assert wt.fused_gemv(x[:15], w, row_tiles=True).shape == (15, 4)  # another shape: the default launch
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
-    args = (torch.zeros(3, 32, device=DEVICE), ck, ck, torch.zeros(1, dtype=torch.long, device=DEVICE),
-            torch.zeros(1, 3, dtype=torch.long, device=DEVICE), torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE),
-            torch.ones(2, device=DEVICE), 4, 2)
+    lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    rope = wt.rope_table(lengths, torch.zeros(1, 3, dtype=torch.long, device=DEVICE), torch.ones(2, device=DEVICE),
+                         torch.float32)
+    args = (torch.zeros(3, 32, device=DEVICE), ck, ck, lengths, torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE),
+            rope, 4, 2)
     with pytest.raises(ValueError, match="block_r and block_s must be powers of two"):
         wt.tree_attention(*args)
     assert wt.tree_attention(*args, num_warps=2).shape == (3, 16)  # given: no lookup
@@ -159,7 +167,8 @@ def _run_fused(parents, lengths, ck, cv, qkv, inv_freq, qn, kn, heads, **launch)
     dev = [x.to(DEVICE) if x is not None else None for x in (qkv, ck, cv, lengths, node_depth(parents),
                                                              ancestor_mask(parents), inv_freq, qn, kn)]
     qkv_d, ck_d, cv_d, len_d, depth_d, anc_d, freq_d, qn_d, kn_d = dev
-    o = wt.tree_attention(qkv_d, ck_d, cv_d, len_d, depth_d, anc_d, freq_d, h, hkv, qn_d, kn_d, eps=1e-6, **launch)
+    rope = wt.rope_table(len_d, depth_d, freq_d, qkv.dtype)
+    o = wt.tree_attention(qkv_d, ck_d, cv_d, len_d, anc_d, rope, h, hkv, qn_d, kn_d, eps=1e-6, **launch)
     return o.cpu(), ck_d.cpu(), cv_d.cpu()
 
 
@@ -183,8 +192,8 @@ def test_tree_attention_matches_reference(rows, heads, d, rot_frac, prefix, qk_n
     block_r, block_s, warps, stages = blocks
     got, got_k, got_v = _run_fused(parents, lengths, ck, cv, qkv, inv_freq, qn, kn, heads, block_r=block_r,
                                    block_s=block_s, num_warps=warps, num_stages=stages)
-    want = tree_verify_attention_ref(qkv, ck, cv, lengths, node_depth(parents), ancestor_mask(parents), inv_freq,
-                                     *heads, qn, kn, eps=1e-6)
+    rope = rope_table(lengths, node_depth(parents), inv_freq, dtype)
+    want = tree_verify_attention_ref(qkv, ck, cv, lengths, ancestor_mask(parents), rope, *heads, qn, kn, eps=1e-6)
     assert_close("tree_attention", want, got, TOL[dtype])
     assert_close("cache_k", ck, got_k, TOL[dtype])  # the tree's slots written, every other slot untouched
     assert torch.equal(got_v, cv)
@@ -195,7 +204,8 @@ def test_tree_attention_drops_slots_past_capacity():
     parents, lengths, ck, cv, qkv, inv_freq, _, _ = _verify_inputs([[-1, 0, 1, 1, 0]], (1, 1), 8, 0, torch.float32, 0)
     lengths = torch.tensor([3])
     big = [torch.zeros(1, 1, 8, 8) for _ in range(2)]
-    want = tree_verify_attention_ref(qkv, *big, lengths, node_depth(parents), ancestor_mask(parents), inv_freq, 1, 1)
+    rope = rope_table(lengths, node_depth(parents), inv_freq, torch.float32)
+    want = tree_verify_attention_ref(qkv, *big, lengths, ancestor_mask(parents), rope, 1, 1)
     small = [torch.zeros(1, 1, 6, 8) for _ in range(2)]  # slots 6, 7 do not exist
     got, got_k, got_v = _run_fused(parents, lengths, *small, qkv, inv_freq, None, None, (1, 1))
     assert_close("cache_k", big[0][:, :, :6], got_k, 1e-5)
@@ -216,7 +226,8 @@ def test_tree_attention_equals_attention_over_each_root_path(rows, heads, prefix
     b, t = parents.shape
     h, hkv = heads
     got, ck, cv = _run_fused(parents, lengths, ck, cv, qkv, inv_freq, None, None, heads)  # caches hold the tree
-    q = tree_rope_kv_write_ref(qkv, ck.clone(), cv.clone(), lengths, node_depth(parents), inv_freq, h, hkv)
+    rope = rope_table(lengths, node_depth(parents), inv_freq, torch.float32)
+    q = tree_rope_kv_write_ref(qkv, ck.clone(), cv.clone(), lengths, rope, h, hkv)
     q = q.double().view(b, t, h, d)
     for r in range(b):
         length = int(lengths[r])
@@ -233,12 +244,14 @@ def test_tree_attention_rejects_bad_shapes():
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
     lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
     anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)
-    depth = torch.zeros(1, 3, dtype=torch.long, device=DEVICE)
-    inv_freq = torch.ones(2, device=DEVICE)
+    rope = wt.rope_table(lengths, torch.zeros(1, 3, dtype=torch.long, device=DEVICE), torch.ones(2, device=DEVICE),
+                         torch.float32)
     qkv = torch.zeros(3, 32, device=DEVICE)
     with pytest.raises(ValueError, match="qkv must be"):
-        wt.tree_attention(qkv[:2], ck, ck, lengths, depth, anc, inv_freq, 4, 2)
+        wt.tree_attention(qkv[:2], ck, ck, lengths, anc, rope, 4, 2)
     with pytest.raises(ValueError, match="anc must be"):
-        wt.tree_attention(qkv, ck, ck, lengths, depth, anc[:, :2], inv_freq, 4, 2)
+        wt.tree_attention(qkv, ck, ck, lengths, anc[:, :2], rope, 4, 2)
+    with pytest.raises(ValueError, match="rope must be"):
+        wt.tree_attention(qkv, ck, ck, lengths, anc, (rope[0][:2], rope[1][:2]), 4, 2)
     with pytest.raises(ValueError, match="come together"):
-        wt.tree_attention(qkv, ck, ck, lengths, depth, anc, inv_freq, 4, 2, q_norm=torch.ones(4, device=DEVICE))
+        wt.tree_attention(qkv, ck, ck, lengths, anc, rope, 4, 2, q_norm=torch.ones(4, device=DEVICE))

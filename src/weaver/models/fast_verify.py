@@ -41,6 +41,7 @@ class FastVerifier(FusedPath):
             raise ValueError(f"parents must be [{b}, {t}] like tokens, got {tuple(parents.shape)}")
         depth = node_depth(parents) if depth is None else depth
         anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
+        rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, m.dtype)  # cos / sin per node, every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
         captured = []
@@ -49,8 +50,8 @@ class FastVerifier(FusedPath):
             qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
             q_norm, k_norm = self.qk_norms(attn)
             o = k.tree_attention(
-                qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc, m.rope_inv_freq,
-                self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
+                qkv, layer_cache.k, layer_cache.v, cache.lengths, anc, rope, self.num_heads, self.num_kv_heads,
+                q_norm, k_norm, eps=self.eps,
             )
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)

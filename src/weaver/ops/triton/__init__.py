@@ -19,6 +19,8 @@ import os
 
 import torch
 
+from weaver.ops.decode import rope_table  # torch: the fused tree attention's cos / sin input
+
 # Without CUDA, Triton kernels can only run in its interpreter. @triton.jit reads TRITON_INTERPRET when a
 # kernel is decorated (triton's own helpers too), so set it before triton is imported; a preset value wins.
 if not torch.cuda.is_available():
@@ -33,6 +35,7 @@ __all__ = [
     "fused_gemv",
     "gdn_tree",
     "gdn_tree_commit",
+    "rope_table",
     "tree_attention",
     "tree_conv1d",
     "triton_available",

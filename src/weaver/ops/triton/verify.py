@@ -1,6 +1,7 @@
 """The fused tree-verify attention kernel: one launch between the qkv and o projections of a layer.
 
-    o = tree_attention(qkv, cache_k, cache_v, lengths, depth, anc, inv_freq, H, Hkv, q_norm, k_norm)
+    rope = rope_table(lengths, depth, inv_freq, dtype)      # once per verify: cos / sin of every node
+    o = tree_attention(qkv, cache_k, cache_v, lengths, anc, rope, H, Hkv, q_norm, k_norm)   # per layer
 
 A batch row b holds a draft tree of T nodes after L_b = lengths[b] committed tokens. Node j sits at
 position L_b + depth[b, j] and writes its K/V at slot L_b + j (the committed length does not move;
@@ -12,14 +13,14 @@ position L_b + depth[b, j] and writes its K/V at slot L_b + j (the committed len
 so a pad node (parent -1 past the root) sees the prefix and itself and changes nobody.
 
 A program takes BLOCK_R (node, query head) rows that share one kv head: it applies qk-norm + RoPE to
-their queries straight from the fused projection, streams the committed prefix from the cache, and
-builds the tree's K/V tiles itself (qk-norm + RoPE of the T nodes' keys, their values), so no program
-waits for another's cache write and the layer needs one launch, not two. The first program of each
-(row, kv head) also stores those tiles into the cache slots for the commit. Flash-attention tiles:
-each K/V tile is read once for the whole group and both products run on the tensor cores; the
-probabilities meet V rounded to the model dtype (as in SDPA's fused kernels). Torch references:
-`weaver.ops.decode.tree_rope_kv_write_ref` then `tree_attention_ref`, with the same rounding points.
-"""
+their queries straight from the fused projection (cos / sin from `weaver.ops.decode.rope_table`, built
+once per verify), streams the committed prefix from the cache, and builds the tree's K/V tiles itself
+(qk-norm + RoPE of the T nodes' keys, their values), so no program waits for another's cache write and
+the layer needs one launch, not two. The first program of each (row, kv head) also stores those tiles
+into the cache slots for the commit. Flash-attention tiles: each K/V tile is read once for the whole
+group and both products run on the tensor cores; the probabilities meet V rounded to the model dtype (as
+in SDPA's fused kernels). Torch references: `weaver.ops.decode.tree_verify_attention_ref` (the K/V
+write, then attention), same rounding points. """
 
 from __future__ import annotations
 
@@ -34,11 +35,12 @@ from weaver.ops.triton.decode import _round
 
 @triton.jit
 def _rope_rows(
-    p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
+    p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, p_cos, p_sin, norm_ptr, eps,
     QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    """Head vectors [R, BLOCK_D] in fp32 (values of DTYPE): row r starts at pointer p_rows[r] and sits at
-    position pos[r]; [RMSNorm ->] RoPE on the first ROT dims, with decode's `_head_vector` rounding points."""
+    """Head vectors [R, BLOCK_D] in fp32 (values of DTYPE): row r starts at pointer p_rows[r], its node's
+    cos / sin rows (`rope_table`) at p_cos[r], p_sin[r]; [RMSNorm ->] RoPE on the first ROT dims, with
+    decode's `_head_vector` rounding points."""
     HALF: tl.constexpr = ROT // 2
     mask = mask_r[:, None] & (o_d < D)[None, :]
     partner = tl.where(o_d < HALF, o_d + HALF, o_d - HALF)
@@ -52,10 +54,9 @@ def _rope_rows(
         wp = tl.load(norm_ptr + partner, mask=in_rot & (o_d < D), other=0.0).to(tl.float32)
         x = _round(_round(x * rstd[:, None], DTYPE) * w[None, :], DTYPE)
         xp = _round(_round(xp * rstd[:, None], DTYPE) * wp[None, :], DTYPE)
-    freq = tl.load(inv_freq_ptr + (o_d % HALF), mask=in_rot, other=0.0)
-    angle = pos.to(tl.float32)[:, None] * freq[None, :]
-    cos = _round(tl.cos(angle), DTYPE)
-    sin = _round(tl.sin(angle), DTYPE)
+    mask_cs = mask_r[:, None] & in_rot[None, :]
+    cos = tl.load(p_cos[:, None] + (o_d % HALF)[None, :], mask=mask_cs, other=0.0).to(tl.float32)
+    sin = tl.load(p_sin[:, None] + (o_d % HALF)[None, :], mask=mask_cs, other=0.0).to(tl.float32)
     signed = tl.where((o_d < HALF)[None, :], -xp, xp)
     rotated = _round(_round(x * cos, DTYPE) + _round(signed * sin, DTYPE), DTYPE)
     return _round(tl.where(in_rot[None, :], rotated, x), DTYPE)
@@ -86,9 +87,9 @@ def _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE: tl.constexpr, INTERPRET: tl
 
 @triton.jit
 def _tree_attention_kernel(
-    qkv_ptr, k_ptr, v_ptr, len_ptr, depth_ptr, anc_ptr, inv_freq_ptr, qn_ptr, kn_ptr, out_ptr,
+    qkv_ptr, k_ptr, v_ptr, len_ptr, anc_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr, out_ptr,
     T, S, scale, eps,
-    stride_qkv, stride_db, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
+    stride_qkv, stride_cos, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
@@ -107,8 +108,9 @@ def _tree_attention_kernel(
     mask_d = o_d < D
     mask_q = mask_r[:, None] & mask_d[None, :]
     p_node = qkv_ptr + (i_b * T + o_i) * stride_qkv  # [BLOCK_R] each row's node in the fused projection
-    pos_q = length + tl.load(depth_ptr + i_b * stride_db + o_i, mask=mask_r, other=0)
-    b_q = _rope_rows(p_node + o_h * D, mask_r, o_d, D, ROT, pos_q, inv_freq_ptr, qn_ptr, eps, QK_NORM, dtype)
+    o_cs = (i_b * T + o_i) * stride_cos  # [BLOCK_R] each row's node in the RoPE table
+    b_q = _rope_rows(p_node + o_h * D, mask_r, o_d, D, ROT, cos_ptr + o_cs, sin_ptr + o_cs, qn_ptr, eps, QK_NORM,
+                     dtype)
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
     m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
@@ -129,8 +131,9 @@ def _tree_attention_kernel(
         p_anc = anc_ptr + i_b * stride_ab + o_i[:, None] * stride_ai + o_j[None, :] * stride_aj
         visible = tl.load(p_anc, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0  # [BLOCK_R, BLOCK_S]
         p_src = qkv_ptr + (i_b * T + o_j) * stride_qkv  # this tile's nodes in the fused projection
-        pos_j = length + tl.load(depth_ptr + i_b * stride_db + o_j, mask=mask_j, other=0)
-        b_k = _rope_rows(p_src + (H + i_kvh) * D, mask_j, o_d, D, ROT, pos_j, inv_freq_ptr, kn_ptr, eps, QK_NORM, dtype)
+        o_cs = (i_b * T + o_j) * stride_cos
+        b_k = _rope_rows(p_src + (H + i_kvh) * D, mask_j, o_d, D, ROT, cos_ptr + o_cs, sin_ptr + o_cs, kn_ptr, eps,
+                         QK_NORM, dtype)
         mask_kv = mask_j[:, None] & mask_d[None, :]
         b_v = tl.load(p_src[:, None] + (H + HKV + i_kvh) * D + o_d[None, :], mask=mask_kv, other=0.0)
         if i_r == 0:  # one program per (row, kv head) keeps the tree's K/V for the commit
@@ -151,9 +154,8 @@ def tree_attention(
     cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D; receives the tree's K at slots lengths + j
     cache_v: torch.Tensor,
     lengths: torch.Tensor,  # [B] long: committed tokens per row
-    depth: torch.Tensor,  # [B, T] long: node depths (root 0)
     anc: torch.Tensor,  # [B, T, T] bool: ancestor-or-self mask (weaver.ops.tree.ancestor_mask)
-    inv_freq: torch.Tensor,  # [rot/2] fp32
+    rope: tuple[torch.Tensor, torch.Tensor],  # rope_table(lengths, depth, inv_freq, dtype): cos, sin [B T, rot/2]
     num_heads: int,
     num_kv_heads: int,
     q_norm: torch.Tensor | None = None,  # [D] per-head RMSNorm weights (qwen3)
@@ -168,16 +170,18 @@ def tree_attention(
     the committed prefix and its ancestors-or-self; o [B T, H D]: one launch.
 
     With no launch parameter given, a WEAVER_TRITON_TUNING entry for this shape (`tuning`) sets all four."""
-    check_device(qkv, cache_k, cache_v, lengths, depth, anc, inv_freq)
+    cos, sin = rope
+    check_device(qkv, cache_k, cache_v, lengths, anc, cos, sin)
     b, _, s, d = cache_k.shape
-    if depth.dim() != 2 or depth.shape[0] != b or lengths.shape != (b,):
-        raise ValueError(f"lengths must be [{b}] and depth [{b}, T], got {tuple(lengths.shape)}, {tuple(depth.shape)}")
-    t = depth.shape[1]
-    if anc.shape != (b, t, t):
-        raise ValueError(f"anc must be [{b}, {t}, {t}] like depth, got {tuple(anc.shape)}")
+    if lengths.shape != (b,) or anc.dim() != 3 or anc.shape[0] != b or anc.shape[1] != anc.shape[2]:
+        raise ValueError(f"anc must be [{b}, T, T] and lengths [{b}], got {tuple(anc.shape)}, {tuple(lengths.shape)}")
+    t = anc.shape[1]
     width = (num_heads + 2 * num_kv_heads) * d
     if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
         raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
+    half = cos.shape[-1] if cos.dim() == 2 else 0
+    if cos.shape != sin.shape or cos.shape[0] != b * t or not 1 <= half <= d // 2 or cos.stride() != sin.stride():
+        raise ValueError(f"rope must be (cos, sin) [{b * t}, rot/2] (rope_table), got {tuple(cos.shape)}")
     if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
         raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
     if (q_norm is None) != (k_norm is None):
@@ -185,7 +189,6 @@ def tree_attention(
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)  # same bytes; triton reads bytes
     out = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
-    inv_freq = inv_freq.float().contiguous()
     rows = t * (num_heads // num_kv_heads)
     interpret = interpreting()
     if block_r is None and block_s is None and num_warps is None and num_stages is None:
@@ -199,12 +202,12 @@ def tree_attention(
     if min(block_r, block_s) < 16 or block_r & (block_r - 1) or block_s & (block_s - 1):
         raise ValueError(f"block_r and block_s must be powers of two >= 16 (tl.dot), got {block_r}, {block_s}")
     _tree_attention_kernel[(triton.cdiv(rows, block_r), b * num_kv_heads)](
-        qkv, cache_k, cache_v, lengths, depth, anc, inv_freq,
-        q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, out,
+        qkv, cache_k, cache_v, lengths, anc, cos, sin,
+        q_norm if q_norm is not None else cos, k_norm if k_norm is not None else cos, out,
         t, s, d**-0.5, eps,
-        qkv.stride(0), depth.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
+        qkv.stride(0), cos.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
-        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
+        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * half, QK_NORM=q_norm is not None,
         INTERPRET=interpret, BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
         num_warps=num_warps, num_stages=num_stages,
     )
