@@ -3,7 +3,9 @@
 The weaver builder on the device pops the best w of ~520 frontier scores and keeps the best c of ~512
 child log-probs, 16 times a round. torch.topk on CUDA runs a radix select (`gatherTopK`, ~10 us) and a
 sort (`bitonicSortKVInPlace`, ~4 us) for those few hundred values; this kernel holds the whole row in
-registers and does k rounds of "the largest entry not taken yet" (one block reduction each), ~2-3 us.
+registers and does k rounds of "the largest entry not taken yet" (one block reduction each). H200, CUDA
+graph replay, torch 2.11 / triton 3.6: [4, 520] float64 k=4 2.5 us (torch.topk 15.2), [32, 512] float32
+k=8 3.1 us (14.9); at the limits, [64, 8192] k=64 45 us (53.5).
 
 Ordering: each float becomes an integer key whose signed order is the float order (flip the magnitude
 bits of negatives); -0.0 is keyed as +0.0 and every NaN as the largest key, as torch.topk orders them.
