@@ -77,8 +77,8 @@ def counted_kernels(counter_ref: list) -> SimpleNamespace:
     """
     from weaver.ops import decode
 
-    refs = {"fused_gemv": _reference_gemv, "tree_attention": decode.tree_verify_attention_ref,
-            "rope_table": decode.rope_table}
+    refs = {"fused_gemv": _reference_gemv, "tree_rope_kv_write": decode.tree_rope_kv_write_ref,
+            "tree_attention": decode.tree_attention_ref}
 
     def wrap(name: str, fn):
         @functools.wraps(fn)

@@ -20,9 +20,9 @@ if [ "${RP_BEFORE:-1}" = "1" ]; then
   timeout "${RP_PROFILE:-200}" python3 scripts/gpu/round_profile.py --specs ar chain:16 weaver:64 2>&1 | filter \
     | tee "$OUT/profile_before.txt"
 fi
-# RP_GEMM_TABLE=<an earlier sweep's JSON>: sweep the attention alone and take gemm_rows from that table
+# RP_GEMM_TABLE=<an earlier sweep's JSON>: sweep the attention kernels alone and take gemm_rows from that table
 timeout "${RP_SWEEP:-200}" python3 scripts/gpu/verify_sweep.py --budget-s "${RP_SWEEP_BUDGET:-130}" \
-  ${RP_GEMM_TABLE:+--kernels tree_attention} --out "$OUT/verify_sweep.json" 2>&1 | tee "$OUT/verify_sweep.txt" | tail -25
+  ${RP_GEMM_TABLE:+--kernels tree_attention tree_rope_kv_write} --out "$OUT/verify_sweep.json" 2>&1 | tee "$OUT/verify_sweep.txt" | tail -25
 if [ -n "${RP_GEMM_TABLE:-}" ]; then
   python3 -c "import json, sys; t = json.load(open(sys.argv[1])); g = json.load(open(sys.argv[2]));
 t['best']['gemm_rows'] = g['best']['gemm_rows']; t['gemm_rows_from'] = sys.argv[2]

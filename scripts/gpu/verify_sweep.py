@@ -4,14 +4,13 @@
     WEAVER_TRITON_TUNING=$OUT/verify_sweep.json python3 -m weaver.cli bench rounds ...   # run with the best
 
 Times the row-tiled `fused_gemv` (qkv+norm, o+res, gate_up+norm+swiglu, down+res, lm_head+norm+norm_out)
-at 16 and 65 rows, the fused `tree_attention` (RoPE + K/V
-write + attention) at 16 and 65 nodes after a 300-token prefix, bf16. Search per shape: the built-in config, a
-coarse grid of tile sizes (4 warps, 3 stages), then warps x stages around its best three. Each config is
-compiled first by a pool of worker processes (Triton's disk cache carries the binaries over), then timed here:
-one CUDA graph of launches that cycle through enough copies of the weights (caches) to exceed the L2 cache, as
-in a real verify pass; median over replays, per launch. A config that fails to compile or run is reported, not
-fatal; a time budget bounds the run. Prints a table and the best config per shape; the JSON's "best" entry is
-the table `ops/triton/tuning.py` reads.
+at 16 and 65 rows, `tree_attention` and `tree_rope_kv_write` at 16 and 65 nodes after a 300-token prefix,
+bf16. Search per shape: the built-in config, a coarse grid of tile sizes (4 warps, 3 stages), then warps x
+stages around its best three. Each config is compiled first by a pool of worker processes (Triton's disk
+cache carries the binaries over), then timed here: one CUDA graph of launches that cycle through enough
+copies of the weights (caches) to exceed the L2 cache, as in a real verify pass; median over replays, per
+launch. A config that fails to compile or run is reported, not fatal; a time budget bounds the run. Prints
+a table and the best config per shape; the JSON's "best" entry is the table `ops/triton/tuning.py` reads.
 """
 
 from __future__ import annotations
@@ -49,7 +48,7 @@ DEVICE = torch.device("cuda")  # --cpu-smoke: the CPU, kernels interpreted (a pl
 def case_names() -> list[tuple[str, str, int]]:
     """(kernel, shape name, rows or nodes) for every timed shape."""
     cases = [("gemm_rows", name, m) for name in GEMMS for m in ROWS]
-    return cases + [("tree_attention", "tree", t) for t in ROWS]
+    return cases + [(kernel, "tree", t) for kernel in ("tree_attention", "tree_rope_kv_write") for t in ROWS]
 
 
 def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
@@ -68,16 +67,17 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
         return [(x, randn(n, k, scale=k**-0.5), nw, res) for _ in range(copies)]
     parents = torch.tensor([[-1] + ([i - 1 for i in range(1, m)] if m <= 16 else
                                     [max(0, (i - 1) // 4) for i in range(1, m)])], device=dev)
-    from weaver.ops import triton as wt
     from weaver.ops.tree import ancestor_mask, node_depth
 
     lengths = torch.tensor([PREFIX], device=dev)
     slots = PREFIX + 128
     caches = [(randn(1, HKV, slots, D), randn(1, HKV, slots, D)) for _ in range(copies)]
+    if kernel == "tree_attention":
+        q = randn(m, H * D)
+        return [(q, ck, cv, lengths, ancestor_mask(parents)) for ck, cv in caches]
     qkv = randn(m, (H + 2 * HKV) * D)
     inv_freq = 1.0 / (100000 ** (torch.arange(0, D, 2, device=dev).float() / D))
-    rope = wt.rope_table(lengths, node_depth(parents), inv_freq, BF16)
-    return [(qkv, ck, cv, lengths, ancestor_mask(parents), rope) for ck, cv in caches]
+    return [(qkv, ck, cv, lengths, node_depth(parents), inv_freq) for ck, cv in caches]
 
 
 def launch(kernel: str, name: str, config: tuple, args: tuple):
@@ -91,8 +91,11 @@ def launch(kernel: str, name: str, config: tuple, args: tuple):
         norm_out = torch.empty_like(x) if "norm_out" in flags else None
         return wt.fused_gemv(x, w, norm_weight=nw, residual=res, swiglu="swiglu" in flags, norm_out=norm_out,
                              out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config))
-    block_r, block_s, warps, stages = config
-    return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
+    if kernel == "tree_attention":
+        block_r, block_s, warps, stages = config
+        return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
+    qkv, ck, cv, lengths, depth, inv_freq = args
+    return wt.tree_rope_kv_write(qkv, ck, cv, lengths, depth, inv_freq, H, HKV, num_warps=config[0])
 
 
 def default_config(kernel: str, name: str, m: int) -> tuple:
@@ -102,7 +105,7 @@ def default_config(kernel: str, name: str, m: int) -> tuple:
 
         n, k, flags = GEMMS[name]
         return tuple(gemm_rows_config(n // 2 if "swiglu" in flags else n, k, m, torch.device("cuda")))
-    return (32, 64, 4, 3)
+    return (32, 64, 4, 3) if kernel == "tree_attention" else (4,)
 
 
 def table_key(kernel: str, name: str, m: int) -> str:
@@ -130,11 +133,15 @@ def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
             if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and bm * bk <= 8192 and bn * bk <= 16384:
                 grid.append((bm, bn, bk, 4, 3))
         return grid
-    return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]
+    if kernel == "tree_attention":
+        return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]
+    return [(w,) for w in (1, 2, 4, 8)]
 
 
 def refine_grid(kernel: str, best: list[tuple]) -> list[tuple]:
     """Warps x stages around the best tile sizes."""
+    if kernel == "tree_rope_kv_write":
+        return []
     tiles = {cfg[:-2] for cfg in best}
     return [(*t, w, s) for t in sorted(tiles) for w, s in itertools.product([1, 2, 4, 8], [1, 2, 3, 4])]
 
@@ -300,8 +307,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)),
                         help="compile worker processes (1: compile while timing)")
     parser.add_argument("--replays", type=int, default=15, help="graph replays per config (median)")
-    parser.add_argument("--kernels", nargs="*", choices=["gemm_rows", "tree_attention"], default=[],
-                        help="sweep only these kernels (default: all)")
+    parser.add_argument("--kernels", nargs="*", choices=["gemm_rows", "tree_attention", "tree_rope_kv_write"],
+                        default=[], help="sweep only these kernels (default: all)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="plumbing check without a GPU: two configs per shape, interpreted, untimed")
     args = parser.parse_args()

@@ -1,4 +1,4 @@
-"""The fused tree-verify attention (weaver.ops.triton.verify) and the row-tiled fused_gemv vs torch references.
+"""Tree-verify kernels (weaver.ops.triton.verify) and the row-tiled fused_gemv vs their torch references.
 
 CPU: interpreted at small sizes on random trees (pad nodes included). GPU (`WEAVER_TRITON_FULL=1`):
 compiled, at SmolLM2 / Qwen3 shapes. Tree attention is also checked by the branch property: node i's
@@ -17,13 +17,7 @@ from hypothesis import strategies as st
 from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.ops import triton as wt
-from weaver.ops.decode import (
-    fused_gemv_ref,
-    rms_norm_ref,
-    rope_table,
-    tree_rope_kv_write_ref,
-    tree_verify_attention_ref,
-)
+from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_attention_ref, tree_rope_kv_write_ref
 from weaver.ops.tree import ancestor_mask, node_depth
 from weaver.ops.triton import tuning
 from weaver.ops.triton.decode import GemmTiles
@@ -136,81 +130,95 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
     assert wt.fused_gemv(x[:15], w, row_tiles=True).shape == (15, 4)  # another shape: the default launch
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
     lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
-    rope = wt.rope_table(lengths, torch.zeros(1, 3, dtype=torch.long, device=DEVICE), torch.ones(2, device=DEVICE),
-                         torch.float32)
-    args = (torch.zeros(3, 32, device=DEVICE), ck, ck, lengths, torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE),
-            rope, 4, 2)
+    anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)
+    q = torch.zeros(3, 16, device=DEVICE)
     with pytest.raises(ValueError, match="block_r and block_s must be powers of two"):
-        wt.tree_attention(*args)
-    assert wt.tree_attention(*args, num_warps=2).shape == (3, 16)  # given: no lookup
+        wt.tree_attention(q, ck, ck, lengths, anc, 4, 2)
+    assert wt.tree_attention(q, ck, ck, lengths, anc, 4, 2, num_warps=2).shape == (3, 16)  # given: no lookup
     monkeypatch.setenv(tuning.ENV, str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="not a readable tuning table"):
         tuning.tuned("gemm_rows", gemm)
 
 
-def _verify_inputs(rows, heads, d, prefix, dtype, seed, rot_frac=1.0, qk_norm=False):
-    """parents, lengths, caches, the fused qkv rows, inv_freq and the qk-norm weights (or None) of one case."""
-    gen = torch.Generator().manual_seed(seed)
-    parents = torch.tensor(rows)
-    b, t = parents.shape
-    h, hkv = heads
-    lengths, ck, cv = _inputs(gen, parents, heads, d, prefix, dtype)
-    qkv = torch.randn(b * t, (h + 2 * hkv) * d, generator=gen).to(dtype)
-    qn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
-    kn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
-    return parents, lengths, ck, cv, qkv, _inv_freq(d, rot_frac), qn, kn
-
-
-def _run_fused(parents, lengths, ck, cv, qkv, inv_freq, qn, kn, heads, **launch):
-    """The kernel on DEVICE copies: (o, cache_k, cache_v) on the CPU."""
-    h, hkv = heads
-    dev = [x.to(DEVICE) if x is not None else None for x in (qkv, ck, cv, lengths, node_depth(parents),
-                                                             ancestor_mask(parents), inv_freq, qn, kn)]
-    qkv_d, ck_d, cv_d, len_d, depth_d, anc_d, freq_d, qn_d, kn_d = dev
-    rope = wt.rope_table(len_d, depth_d, freq_d, qkv.dtype)
-    o = wt.tree_attention(qkv_d, ck_d, cv_d, len_d, anc_d, rope, h, hkv, qn_d, kn_d, eps=1e-6, **launch)
-    return o.cpu(), ck_d.cpu(), cv_d.cpu()
-
-
-@settings(max_examples=6 if FULL else 30, deadline=None)
+@settings(max_examples=5 if FULL else 25, deadline=None)
 @given(
     rows=trees(max_b=2, max_t=64 if FULL else 20),
     heads=st.sampled_from(HEADS),
     d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
     rot_frac=st.sampled_from([1.0, 0.25]),
-    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 40),
     qk_norm=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    num_warps=st.sampled_from([None, 1, 8]),
+    seed=st.integers(0, 10_000),
+)
+def test_tree_rope_kv_write_matches_reference(rows, heads, d, rot_frac, prefix, qk_norm, dtype, num_warps, seed):
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.tensor(rows)
+    b, t = parents.shape
+    h, hkv = heads
+    depth = node_depth(parents)
+    lengths, ck, cv = _inputs(gen, parents, heads, d, prefix, dtype)
+    qkv = torch.randn(b * t, (h + 2 * hkv) * d, generator=gen).to(dtype)
+    inv_freq = _inv_freq(d, rot_frac)
+    qn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
+    kn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype) if qk_norm else None
+    ck2, cv2 = ck.clone(), cv.clone()
+    args = [lengths, depth, inv_freq, h, hkv, qn, kn]
+    dev = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    ck_dev, cv_dev = ck.to(DEVICE), cv.to(DEVICE)
+    got = wt.tree_rope_kv_write(qkv.to(DEVICE), ck_dev, cv_dev, *dev, eps=1e-6, num_warps=num_warps)
+    want = tree_rope_kv_write_ref(qkv, ck2, cv2, *args, eps=1e-6)
+    assert_close("q", want, got, TOL[dtype])
+    assert_close("cache_k", ck2, ck_dev, TOL[dtype])  # the tree's slots written, every other slot untouched
+    assert torch.equal(cv_dev.cpu(), cv2)
+
+
+def test_tree_rope_kv_write_drops_slots_past_capacity():
+    gen = torch.Generator().manual_seed(0)
+    parents = torch.tensor([[-1, 0, 1, 1, 0]])
+    depth = node_depth(parents)
+    lengths = torch.tensor([3])
+    qkv = torch.randn(5, 3 * 8, generator=gen)
+    inv_freq = _inv_freq(8, 1.0)
+    big = [torch.zeros(1, 1, 8, 8) for _ in range(2)]
+    tree_rope_kv_write_ref(qkv, *big, lengths, depth, inv_freq, 1, 1)
+    small = [torch.zeros(1, 1, 6, 8, device=DEVICE) for _ in range(2)]  # slots 6, 7 do not exist
+    wt.tree_rope_kv_write(qkv.to(DEVICE), *small, lengths.to(DEVICE), depth.to(DEVICE), inv_freq.to(DEVICE), 1, 1)
+    assert_close("cache_k", big[0][:, :, :6], small[0], 1e-5)
+    assert torch.equal(big[1][:, :, :6], small[1].cpu())
+
+
+def _attention_inputs(rows, heads, d, prefix, dtype, seed):
+    gen = torch.Generator().manual_seed(seed)
+    parents = torch.tensor(rows)
+    b, t = parents.shape
+    h, _ = heads
+    lengths, ck, cv = _inputs(gen, parents, heads, d, prefix, dtype)
+    q = torch.randn(b * t, h * d, generator=gen).to(dtype)
+    return parents, lengths, ck, cv, q
+
+
+@settings(max_examples=5 if FULL else 25, deadline=None)
+@given(
+    rows=trees(max_b=2, max_t=64 if FULL else 20),
+    heads=st.sampled_from(HEADS),
+    d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
     # (rows, slots) per program / step, warps, stages
     blocks=st.sampled_from([(None, None, None, None), (16, 16, None, None), (16, 32, 2, 1), (32, 16, 8, 4)]),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 10_000),
 )
-def test_tree_attention_matches_reference(rows, heads, d, rot_frac, prefix, qk_norm, blocks, dtype, seed):
-    """The fused kernel = qk-norm + RoPE + K/V write (tree_rope_kv_write_ref) then attention (tree_attention_ref)."""
-    parents, lengths, ck, cv, qkv, inv_freq, qn, kn = _verify_inputs(rows, heads, d, prefix, dtype, seed, rot_frac,
-                                                                      qk_norm)
+def test_tree_attention_matches_reference(rows, heads, d, prefix, blocks, dtype, seed):
+    parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, dtype, seed)
+    anc = ancestor_mask(parents)
+    h, hkv = heads
     block_r, block_s, warps, stages = blocks
-    got, got_k, got_v = _run_fused(parents, lengths, ck, cv, qkv, inv_freq, qn, kn, heads, block_r=block_r,
-                                   block_s=block_s, num_warps=warps, num_stages=stages)
-    rope = rope_table(lengths, node_depth(parents), inv_freq, dtype)
-    want = tree_verify_attention_ref(qkv, ck, cv, lengths, ancestor_mask(parents), rope, *heads, qn, kn, eps=1e-6)
+    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE), anc.to(DEVICE), h, hkv,
+                            block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
+    want = tree_attention_ref(q, ck, cv, lengths, anc, h, hkv)
     assert_close("tree_attention", want, got, TOL[dtype])
-    assert_close("cache_k", ck, got_k, TOL[dtype])  # the tree's slots written, every other slot untouched
-    assert torch.equal(got_v, cv)
-
-
-def test_tree_attention_drops_slots_past_capacity():
-    """K/V of nodes past the cache are not written (the attention itself reads them from qkv)."""
-    parents, lengths, ck, cv, qkv, inv_freq, _, _ = _verify_inputs([[-1, 0, 1, 1, 0]], (1, 1), 8, 0, torch.float32, 0)
-    lengths = torch.tensor([3])
-    big = [torch.zeros(1, 1, 8, 8) for _ in range(2)]
-    rope = rope_table(lengths, node_depth(parents), inv_freq, torch.float32)
-    want = tree_verify_attention_ref(qkv, *big, lengths, ancestor_mask(parents), rope, 1, 1)
-    small = [torch.zeros(1, 1, 6, 8) for _ in range(2)]  # slots 6, 7 do not exist
-    got, got_k, got_v = _run_fused(parents, lengths, *small, qkv, inv_freq, None, None, (1, 1))
-    assert_close("cache_k", big[0][:, :, :6], got_k, 1e-5)
-    assert torch.equal(big[1][:, :, :6], got_v)
-    assert_close("o", want, got, 1e-5)
 
 
 @settings(max_examples=12, deadline=None)
@@ -222,12 +230,11 @@ def test_tree_attention_drops_slots_past_capacity():
 )
 def test_tree_attention_equals_attention_over_each_root_path(rows, heads, prefix, seed):
     d = 16
-    parents, lengths, ck, cv, qkv, inv_freq, _, _ = _verify_inputs(rows, heads, d, prefix, torch.float32, seed)
+    parents, lengths, ck, cv, q = _attention_inputs(rows, heads, d, prefix, torch.float32, seed)
     b, t = parents.shape
     h, hkv = heads
-    got, ck, cv = _run_fused(parents, lengths, ck, cv, qkv, inv_freq, None, None, heads)  # caches hold the tree
-    rope = rope_table(lengths, node_depth(parents), inv_freq, torch.float32)
-    q = tree_rope_kv_write_ref(qkv, ck.clone(), cv.clone(), lengths, rope, h, hkv)
+    got = wt.tree_attention(q.to(DEVICE), ck.to(DEVICE), cv.to(DEVICE), lengths.to(DEVICE),
+                            ancestor_mask(parents).to(DEVICE), h, hkv).cpu()
     q = q.double().view(b, t, h, d)
     for r in range(b):
         length = int(lengths[r])
@@ -240,18 +247,15 @@ def test_tree_attention_equals_attention_over_each_root_path(rows, heads, prefix
             assert_close(f"row {r} node {i}", want, got[r * t + i], 1e-5)
 
 
-def test_tree_attention_rejects_bad_shapes():
+def test_tree_kernels_reject_bad_shapes():
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
     lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
     anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)
-    rope = wt.rope_table(lengths, torch.zeros(1, 3, dtype=torch.long, device=DEVICE), torch.ones(2, device=DEVICE),
-                         torch.float32)
-    qkv = torch.zeros(3, 32, device=DEVICE)
-    with pytest.raises(ValueError, match="qkv must be"):
-        wt.tree_attention(qkv[:2], ck, ck, lengths, anc, rope, 4, 2)
+    with pytest.raises(ValueError, match="q must be"):
+        wt.tree_attention(torch.zeros(2, 16, device=DEVICE), ck, ck, lengths, anc, 4, 2)
     with pytest.raises(ValueError, match="anc must be"):
-        wt.tree_attention(qkv, ck, ck, lengths, anc[:, :2], rope, 4, 2)
-    with pytest.raises(ValueError, match="rope must be"):
-        wt.tree_attention(qkv, ck, ck, lengths, anc, (rope[0][:2], rope[1][:2]), 4, 2)
-    with pytest.raises(ValueError, match="come together"):
-        wt.tree_attention(qkv, ck, ck, lengths, anc, rope, 4, 2, q_norm=torch.ones(4, device=DEVICE))
+        wt.tree_attention(torch.zeros(3, 16, device=DEVICE), ck, ck, lengths, anc[:, :2], 4, 2)
+    depth = torch.zeros(1, 3, dtype=torch.long, device=DEVICE)
+    inv_freq = torch.ones(2, device=DEVICE)
+    with pytest.raises(ValueError, match="qkv must be"):
+        wt.tree_rope_kv_write(torch.zeros(3, 16, device=DEVICE), ck, ck, lengths, depth, inv_freq, 4, 2)

@@ -1,8 +1,8 @@
-"""Tree verify of attention-only models in five fused Triton kernels per layer.
+"""Tree verify of attention-only models in six fused Triton kernels per layer.
 
 `Decoder.forward(tokens, cache, parents=..., depth=...)` is the reference; this is the same pass with
 the B T tree nodes as the rows of small GEMMs. Per layer: (input norm + qkv), (qk-norm + RoPE + K/V
-write at slots lengths + j + tree attention), (o + residual), (post norm + gate/up + SiLU*up),
+write at slots lengths + j), (tree attention), (o + residual), (post norm + gate/up + SiLU*up),
 (down + residual); then one launch for the final norm + LM head, which also hands out the normed
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
@@ -41,7 +41,6 @@ class FastVerifier(FusedPath):
             raise ValueError(f"parents must be [{b}, {t}] like tokens, got {tuple(parents.shape)}")
         depth = node_depth(parents) if depth is None else depth
         anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
-        rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, m.dtype)  # cos / sin per node, every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
         captured = []
@@ -49,10 +48,11 @@ class FastVerifier(FusedPath):
             attn, mlp = layer.self_attn, layer.mlp
             qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
             q_norm, k_norm = self.qk_norms(attn)
-            o = k.tree_attention(
-                qkv, layer_cache.k, layer_cache.v, cache.lengths, anc, rope, self.num_heads, self.num_kv_heads,
-                q_norm, k_norm, eps=self.eps,
+            q = k.tree_rope_kv_write(
+                qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, m.rope_inv_freq,
+                self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
             )
+            o = k.tree_attention(q, layer_cache.k, layer_cache.v, cache.lengths, anc, self.num_heads, self.num_kv_heads)
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
             x = gemm(act, mlp.down_proj.weight, residual=x)

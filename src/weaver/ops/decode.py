@@ -4,8 +4,8 @@ A batch-1 decode step of a small model is launch-bound, so the fast path runs ea
 kernels: (norm + qkv GEMV), (qk-norm + rope + K/V write + attention), (o GEMV + residual),
 (norm + gate/up GEMV + SiLU*up), (down GEMV + residual). These references define what each fused
 kernel computes, with the rounding points of the unfused model code (`weaver.models`).
-The tree verify (`weaver.ops.triton.verify`) has one attention kernel too, whose reference is the K/V
-write then tree attention (`tree_verify_attention_ref`), and runs the GEMVs over B T rows.
+The tree verify (`weaver.ops.triton.verify`) splits the attention kernel in two: K/V write, then
+tree attention (`tree_rope_kv_write_ref`, `tree_attention_ref`), and runs the GEMVs over B T rows.
 """
 
 from __future__ import annotations
@@ -41,29 +41,16 @@ def fused_gemv_ref(
     return y.to(out_dtype) if out_dtype is not None else y
 
 
-def rope_table(
-    lengths: torch.Tensor, depth: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [B T, rot/2] at the tree nodes' positions lengths + depth, rounded to `dtype`: built once
-    per verify and shared by every layer, so the fused kernels evaluate no sin / cos."""
-    angle = (lengths[:, None] + depth).reshape(-1).float()[:, None] * inv_freq.float()  # [B T, rot/2]
-    return angle.cos().to(dtype), angle.sin().to(dtype)
-
-
-def rope_apply_ref(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Half-split RoPE on the first 2 * cos.shape[-1] dims of x [N, heads, D], with cos / sin [N, rot/2]."""
-    rot = 2 * cos.shape[-1]
-    cos, sin = torch.cat((cos, cos), dim=-1)[:, None], torch.cat((sin, sin), dim=-1)[:, None]  # [N, 1, rot]
+def rope_ref(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
+    """Half-split RoPE on the first 2*len(inv_freq) dims of x [B, heads, D] at positions [B]."""
+    rot = 2 * inv_freq.shape[0]
+    freqs = positions.float()[:, None] * inv_freq  # [B, rot/2]
+    emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, rot]
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
     x_rot, x_pass = x[..., :rot], x[..., rot:]
     half = rot // 2
     rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
     return torch.cat((x_rot * cos + rotated * sin, x_pass), dim=-1)
-
-
-def rope_ref(x: torch.Tensor, positions: torch.Tensor, inv_freq: torch.Tensor) -> torch.Tensor:
-    """Half-split RoPE on the first 2*len(inv_freq) dims of x [B, heads, D] at positions [B]."""
-    freqs = positions.float()[:, None] * inv_freq  # [B, rot/2]
-    return rope_apply_ref(x, freqs.cos().to(x.dtype), freqs.sin().to(x.dtype))
 
 
 def decode_attention_ref(
@@ -102,23 +89,23 @@ def tree_rope_kv_write_ref(
     cache_k: torch.Tensor,  # [B, Hkv, S, D]
     cache_v: torch.Tensor,
     lengths: torch.Tensor,  # [B] committed tokens
-    rope: tuple[torch.Tensor, torch.Tensor],  # rope_table(lengths, depth, inv_freq, dtype): node positions
+    depth: torch.Tensor,  # [B, T] node depths
+    inv_freq: torch.Tensor,  # [rot/2] fp32
     num_heads: int,
     num_kv_heads: int,
     q_norm: torch.Tensor | None = None,  # [D] (qwen3)
     k_norm: torch.Tensor | None = None,
     eps: float = 1e-6,
 ) -> torch.Tensor:
-    """Tree verify's K/V write: node j at position lengths + depth[j] (its `rope` row), slot lengths + j;
-    returns q [B T, H D]."""
-    b = lengths.shape[0]
-    t = qkv.shape[0] // b
+    """Tree verify's K/V write: node j at position lengths + depth[j], slot lengths + j; returns q [B T, H D]."""
+    b, t = depth.shape
     d = cache_k.shape[-1]
     q, k, v = qkv.split([num_heads * d, num_kv_heads * d, num_kv_heads * d], dim=-1)
     q, k, v = q.view(b * t, num_heads, d), k.view(b * t, num_kv_heads, d), v.view(b, t, num_kv_heads, d)
     if q_norm is not None:
         q, k = rms_norm_ref(q, q_norm, eps), rms_norm_ref(k, k_norm, eps)
-    q, k = rope_apply_ref(q, *rope), rope_apply_ref(k, *rope)
+    positions = (lengths[:, None] + depth).reshape(b * t)
+    q, k = rope_ref(q, positions, inv_freq), rope_ref(k, positions, inv_freq)
     slots = lengths[:, None] + torch.arange(t, device=qkv.device)  # [B, T]
     index = slots[:, None, :, None].expand(b, num_kv_heads, t, d)
     cache_k.scatter_(2, index, k.view(b, t, num_kv_heads, d).transpose(1, 2).to(cache_k.dtype))
@@ -148,21 +135,3 @@ def tree_attention_ref(
         enable_gqa=num_heads != num_kv_heads,
     )
     return out.transpose(1, 2).reshape(b * t, num_heads * d)
-
-
-def tree_verify_attention_ref(
-    qkv: torch.Tensor,  # [B T, (H + 2 Hkv) D]
-    cache_k: torch.Tensor,  # [B, Hkv, S, D]: receives the tree's K/V at slots lengths + j
-    cache_v: torch.Tensor,
-    lengths: torch.Tensor,  # [B]
-    anc: torch.Tensor,  # [B, T, T] bool ancestor-or-self
-    rope: tuple[torch.Tensor, torch.Tensor],  # rope_table(lengths, depth, inv_freq, dtype)
-    num_heads: int,
-    num_kv_heads: int,
-    q_norm: torch.Tensor | None = None,
-    k_norm: torch.Tensor | None = None,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """What the fused Triton `tree_attention` computes: the K/V write, then attention; o [B T, H D]."""
-    q = tree_rope_kv_write_ref(qkv, cache_k, cache_v, lengths, rope, num_heads, num_kv_heads, q_norm, k_norm, eps)
-    return tree_attention_ref(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads)

@@ -19,8 +19,6 @@ import os
 
 import torch
 
-from weaver.ops.decode import rope_table  # torch: the fused tree attention's cos / sin input
-
 # Without CUDA, Triton kernels can only run in its interpreter. @triton.jit reads TRITON_INTERPRET when a
 # kernel is decorated (triton's own helpers too), so set it before triton is imported; a preset value wins.
 if not torch.cuda.is_available():
@@ -35,9 +33,9 @@ __all__ = [
     "fused_gemv",
     "gdn_tree",
     "gdn_tree_commit",
-    "rope_table",
     "tree_attention",
     "tree_conv1d",
+    "tree_rope_kv_write",
     "triton_available",
 ]
 
@@ -59,12 +57,12 @@ if importlib.util.find_spec("triton") is not None:
     from weaver.ops.triton.gdn_commit import gdn_tree_commit
     from weaver.ops.triton.gdn_tree import GDNTreeConfig, gdn_tree
     from weaver.ops.triton.structure import TreeStructure, build_tree_structure
-    from weaver.ops.triton.verify import tree_attention
+    from weaver.ops.triton.verify import tree_attention, tree_rope_kv_write
 else:  # keep the names importable; calling them explains what is missing
 
     def _missing(*_args, **_kwargs):
         raise RuntimeError("weaver.ops.triton needs the `triton` package (pip install triton)")
 
     conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = _missing
-    decode_attention = fused_gemv = tree_attention = _missing
+    decode_attention = fused_gemv = tree_attention = tree_rope_kv_write = _missing
     GDNTreeConfig = TreeStructure = None

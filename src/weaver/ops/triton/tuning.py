@@ -6,6 +6,7 @@ Without the variable every kernel keeps its built-in configuration. The table is
 
     gemm_rows          fused_gemv's row-tiled launch: GemmTiles (block_m, block_n, block_k, num_warps, num_stages)
     tree_attention     (block_r, block_s, num_warps, num_stages)
+    tree_rope_kv_write (num_warps,)
 """
 
 from __future__ import annotations
