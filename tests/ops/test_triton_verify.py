@@ -259,3 +259,18 @@ def test_tree_kernels_reject_bad_shapes():
     inv_freq = torch.ones(2, device=DEVICE)
     with pytest.raises(ValueError, match="qkv must be"):
         wt.tree_rope_kv_write(torch.zeros(3, 16, device=DEVICE), ck, ck, lengths, depth, inv_freq, 4, 2)
+
+
+def test_packaged_tuning_table(monkeypatch):
+    """The packaged H200 table is a readable sweep table; WEAVER_TRITON_TUNING overrides it, 'none' turns it off."""
+    table = json.loads(tuning.PACKAGED["H200"].read_text())
+    assert {"gemm_rows", "tree_attention", "tree_rope_kv_write"} <= set(table["best"])
+    key = tuning.gemm_rows_key(960, 576, 16, torch.bfloat16, torch.bfloat16, True, False, False, False)
+    assert len(table["best"]["gemm_rows"][key]["config"]) == 5
+    monkeypatch.setenv(tuning.ENV, "none")
+    assert tuning.table_path() is None
+    monkeypatch.setenv(tuning.ENV, "/some/table.json")
+    assert tuning.table_path() == "/some/table.json"
+    monkeypatch.delenv(tuning.ENV)
+    monkeypatch.setattr(tuning, "_packaged_path", lambda: str(tuning.PACKAGED["H200"]))
+    assert tuning.tuned("gemm_rows", key) == table["best"]["gemm_rows"][key]["config"]

@@ -138,7 +138,7 @@ def test_graphed_step_copies_inputs_and_replays():
 def test_compile_stages_from_the_environment(monkeypatch):
     monkeypatch.delenv("WEAVER_COMPILE", raising=False)
     monkeypatch.delenv("WEAVER_COMPILE_STAGES", raising=False)
-    assert compile_stages() == ("draft", "build")
+    assert compile_stages() == ("draft", "build", "accept", "commit")
     monkeypatch.setenv("WEAVER_COMPILE_STAGES", "draft, build,commit")
     assert compile_stages() == ("draft", "build", "commit")
     monkeypatch.setenv("WEAVER_COMPILE_STAGES", "draft,bulid")
@@ -149,12 +149,12 @@ def test_compile_stages_from_the_environment(monkeypatch):
 
 
 def test_round_graph_mode_from_the_environment(monkeypatch):
-    """Five graphs (the mode checked on the H200) unless WEAVER_ROUND_GRAPHS asks for one; typos are refused."""
+    """One graph per round unless WEAVER_ROUND_GRAPHS asks for five; typos are refused."""
     make = functools.partial(weaver.LLM.from_config, "tiny-llama", random_weights=True, seed=1)
     monkeypatch.delenv("WEAVER_ROUND_GRAPHS", raising=False)
-    assert make().engine.round_graphs == "stages"
-    monkeypatch.setenv("WEAVER_ROUND_GRAPHS", "round")
     assert make().engine.round_graphs == "round"
+    monkeypatch.setenv("WEAVER_ROUND_GRAPHS", "stages")
+    assert make().engine.round_graphs == "stages"
     monkeypatch.setenv("WEAVER_ROUND_GRAPHS", "one")
     with pytest.raises(weaver.errors.GenerationConfigError, match="WEAVER_ROUND_GRAPHS"):
         make()

@@ -65,9 +65,9 @@ class Engine:
         self.use_cuda_graphs = on_cuda if use_cuda_graphs is None else use_cuda_graphs
         self.compile = (on_cuda and os.environ.get("WEAVER_COMPILE", "1") != "0") if compile is None else compile
         self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
-        # captured speculative rounds: one graph per stage ("stages", the mode checked on the H200) or one
-        # graph per round ("round", WEAVER_ROUND_GRAPHS=round; CPU-tested, not yet run on a GPU)
-        self.round_graphs = os.environ.get("WEAVER_ROUND_GRAPHS", "stages")
+        # captured speculative rounds: one graph per round ("round", the fast path) or one per stage
+        # ("stages", WEAVER_ROUND_GRAPHS=stages: per-stage device times); both checked on the H200
+        self.round_graphs = os.environ.get("WEAVER_ROUND_GRAPHS", "round")
         if self.round_graphs not in MODES:
             raise GenerationConfigError(f"WEAVER_ROUND_GRAPHS must be one of {MODES}, got {self.round_graphs!r}")
         if fast_decode is None:  # fused Triton decode kernels on CUDA when the model allows them

@@ -214,10 +214,11 @@ class SpeculativeDecoder:
 
 def compile_stages() -> tuple[str, ...]:
     """The round stages to torch.compile before capture: WEAVER_COMPILE_STAGES (comma-separated names)
-    if set, else draft and build; none with WEAVER_COMPILE=0."""
+    if set, else every stage but verify (its fused Triton path is already a few kernels per layer); none
+    with WEAVER_COMPILE=0. Compiling accept and commit halves them on the H200 (rounds/h200_v4)."""
     if os.environ.get("WEAVER_COMPILE", "1") == "0":
         return ()
-    names = os.environ.get("WEAVER_COMPILE_STAGES", "draft,build")
+    names = os.environ.get("WEAVER_COMPILE_STAGES", "draft,build,accept,commit")
     stages = tuple(name.strip() for name in names.split(",") if name.strip())
     known = ("draft", "build", "verify", "accept", "commit")
     if any(name not in known for name in stages):
@@ -226,14 +227,14 @@ def compile_stages() -> tuple[str, ...]:
 
 
 def _fast_verifier(target: Decoder):
-    """FastVerifier on CUDA for attention-only models when WEAVER_FAST_VERIFY=1, else None.
+    """FastVerifier on CUDA for attention-only models (WEAVER_FAST_VERIFY=0: the torch tree forward), else None.
 
-    Opt-in until its current tree-attention kernel has passed the compiled full-size tests on the H200
-    (`WEAVER_TRITON_FULL=1 pytest tests/ops/test_triton_verify.py`); the torch tree forward is the default.
+    Its kernels pass the compiled full-size tests on the H200 (`WEAVER_TRITON_FULL=1 pytest
+    tests/ops/test_triton_verify.py`, benchmarks/results/rounds/h200_v3 and later).
     """
     from weaver.models.fast_decode import unsupported_reason
 
-    if target.device.type != "cuda" or os.environ.get("WEAVER_FAST_VERIFY", "0") != "1":
+    if target.device.type != "cuda" or os.environ.get("WEAVER_FAST_VERIFY", "1") == "0":
         return None
     if unsupported_reason(target) is not None:
         return None

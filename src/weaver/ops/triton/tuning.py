@@ -1,6 +1,8 @@
-"""Measured launch configurations, used when WEAVER_TRITON_TUNING names a table (scripts/gpu/verify_sweep.py).
+"""Measured launch configurations of the verify kernels (tables written by scripts/gpu/verify_sweep.py).
 
-Without the variable every kernel keeps its built-in configuration. The table is the sweep's JSON; its
+WEAVER_TRITON_TUNING names a table; without it, a GPU whose name matches a packaged table (`tuned/`,
+e.g. h200.json from benchmarks/results/rounds/h200_v4) uses that one, and any other GPU keeps every
+kernel's built-in configuration (WEAVER_TRITON_TUNING=none forces that). The table is the sweep's JSON; its
 "best" entry maps a kernel name to {shape key: {"config": [...], ...}}. A kernel looks its shape up
 (keys below, exact match) and falls back to its default when the shape is not there:
 
@@ -14,10 +16,12 @@ from __future__ import annotations
 import functools
 import json
 import os
+from pathlib import Path
 
 import torch
 
 ENV = "WEAVER_TRITON_TUNING"
+PACKAGED = {"H200": Path(__file__).parent / "tuned" / "h200.json"}  # GPU name fragment -> measured table
 
 
 def _dtype(dtype: torch.dtype) -> str:
@@ -47,9 +51,26 @@ def _table(path: str) -> dict:
         raise ValueError(f"{ENV}={path!r} is not a readable tuning table: {err}") from None
 
 
+@functools.lru_cache(maxsize=1)
+def _packaged_path() -> str | None:
+    """The packaged table of this process's GPU, if there is one (asked once)."""
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name()
+    return next((str(path) for fragment, path in PACKAGED.items() if fragment in name), None)
+
+
+def table_path() -> str | None:
+    """The table in use: WEAVER_TRITON_TUNING ('none': no table), else the GPU's packaged one, else None."""
+    path = os.environ.get(ENV)
+    if path == "none":
+        return None
+    return path or _packaged_path()
+
+
 def tuned(kernel: str, key: str) -> list | None:
     """The measured configuration of `kernel` at shape `key`, or None (no table, or shape not in it)."""
-    path = os.environ.get(ENV)
+    path = table_path()
     if not path:
         return None
     entry = _table(path).get(kernel, {}).get(key)
