@@ -2,6 +2,7 @@
 
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
+    TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --node-attention --T   # Weaver step
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -28,13 +29,17 @@ from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
 
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
 tk = importlib.import_module("weaver.ops.triton.topk")
+na = importlib.import_module("weaver.ops.triton.node_attention")
 
 
-def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1):
-    """args: name -> triton type string; constexprs: name -> value. Returns the compiled kernel."""
+def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
+    """args: name -> triton type string; constexprs: name -> value; divisible: integer args the launcher
+    would see as multiples of 16 (it specialises on that). Returns the compiled kernel."""
     sig = {name: args.get(name, "constexpr") for name in fn.arg_names}
     # pointers 16-byte aligned, as the launcher specialises them for torch tensors
-    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*")}
+    attrs = {
+        (i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if sig[n].startswith("*") or n in divisible
+    }
     src = ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs)
     target = GPUTarget("cuda", 90, 32)
     return triton.compile(src, target=target, options=dict(num_warps=num_warps, num_stages=num_stages))
@@ -83,6 +88,28 @@ def check_small_topk() -> list[str]:
     return out
 
 
+def check_node_attention() -> list[str]:
+    """The Weaver step's attention at its H200 shape (bf16, B=1, H=8, W=4 and 8 nodes, S=300, D=64), then the
+    dispatcher's limits (W=64, D=256; bf16 and fp32), each with the launcher's default configuration;
+    strides as in `WeaverAdapter.step` (q a permuted view of the qkv projection, k/v `buf[layer]` of
+    [L, B, H, S, D] buffers: multiples of 16; mask [B, W, S] with unit stride along S). S and B are runtime
+    arguments (the kernel is the same for every S); programs = B * H."""
+    out = []
+    H = 8
+    dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    for el, W, D in (("bf16", 4, 64), ("bf16", 8, 64), ("bf16", 64, 256), ("fp32", 8, 64), ("fp32", 64, 256)):
+        block_w, block_d, block_s, warps, stages = na.node_attention_config(W, D, dtypes[el])
+        ptrs = dict(q_ptr=f"*{el}", k_ptr=f"*{el}", v_ptr=f"*{el}", mask_ptr="*u8", out_ptr=f"*{el}")
+        strides = [f"stride_{t}{d}" for t in "qkv" for d in ("b", "h", "w" if t == "q" else "s")]
+        args = dict(ptrs, W="i32", S="i32", qk_scale="fp32", stride_mb="i32", stride_mw="i32")
+        args.update({n: "i32" for n in strides})
+        const = dict(stride_ms=1, H=H, D=D, INTERPRET=False, BLOCK_W=block_w, BLOCK_D=block_d, BLOCK_S=block_s)
+        kern = compile_kernel(na.node_attention_kernel, args, const, warps, stages, divisible=strides)
+        name = f"node_attention {el} H={H} W={W} D={D} BLOCK_W={block_w} BLOCK_S={block_s} warps={warps}"
+        out.append(f"{report(name, kern)} | stages={stages}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -94,10 +121,14 @@ def main() -> None:
     parser.add_argument("--BVP", type=int, nargs="+", default=[], help="state item widths to try")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
+    parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     args = parser.parse_args()
     print("triton", triton.__version__)
     if args.topk:
         for line in check_small_topk():
+            print(line, flush=True)
+    if args.node_attention:
+        for line in check_node_attention():
             print(line, flush=True)
     for T in args.T:
         for dtype in args.dtype:

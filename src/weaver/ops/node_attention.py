@@ -1,0 +1,89 @@
+"""Masked attention of the Weaver drafter's few new tree nodes, on CUDA through one Triton program per
+(batch row, head) (weaver.ops.triton.node_attention).
+
+    out = attend_nodes(q, k, v, mask)   # = SDPA(q, k, v, attn_mask=mask[:, None]), mask [B, W, S] bool
+
+q [B, H, W, D] (W = 4..8 nodes), k/v [B, H, S, D] (S = prefix + node slots), out [B, H, W, D]. On the H200
+each such SDPA call is a ~9 us cuDNN kernel for a tiny problem; the Triton kernel is the replacement. It is
+exposed as the custom op `weaver::node_attention` so code compiled with torch.compile (the round stages,
+before CUDA-graph capture) calls it as one opaque kernel; its fake impl gives the output shape. Eager calls
+skip the op's dispatch and launch the kernel directly. This module imports without triton: the kernel
+module is loaded on first use, and `attend_nodes` uses SDPA unless CUDA and triton are both there.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["NODE_ATTENTION_MAX_W", "attend_nodes", "node_attention_op"]
+
+NODE_ATTENTION_MAX_W = 64  # the W rows of a head live in one block (BLOCK_W = next pow2 >= max(W, 16))
+_MAX_D = 256  # = weaver.ops.triton.node_attention.NODE_ATTENTION_MAX_D (that module needs triton)
+_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@torch.library.custom_op("weaver::node_attention", mutates_args=())
+def node_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`weaver.ops.triton.node_attention.node_attention` as a custom op: q [B, H, W, D], k/v [B, H, S, D],
+    mask [B, W, S] bool -> out [B, H, W, D] contiguous, q's dtype."""
+    from weaver.ops.triton.node_attention import node_attention
+
+    return node_attention(q, k, v, mask)
+
+
+@node_attention_op.register_fake
+def _node_attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return q.new_empty(q.shape)  # contiguous, q's dtype and device
+
+
+_READY: list[bool] = []  # the answer of _triton_ready, once known
+
+
+@torch.compiler.assume_constant_result  # torch.compile folds the answer (no trace of the import)
+def _triton_ready() -> bool:
+    """CUDA and triton both present; asked once per process."""
+    if not _READY:
+        from weaver.ops.triton import triton_available
+
+        _READY.append(triton_available())
+    return _READY[0]
+
+
+def _kernel_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> bool:
+    """The shapes, dtypes and devices the kernel takes (anything else goes to SDPA)."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or mask.dim() != 3:
+        return False
+    b, h, w, d = q.shape
+    s = k.shape[2]
+    return (
+        q.is_cuda
+        and q.dtype in _DTYPES
+        and k.dtype == q.dtype
+        and v.dtype == q.dtype
+        and mask.dtype == torch.bool
+        and k.shape == (b, h, s, d)
+        and v.shape == k.shape
+        and mask.shape == (b, w, s)
+        and 1 <= w <= NODE_ATTENTION_MAX_W
+        and 1 <= d <= _MAX_D
+        and s >= 1
+        and b * h >= 1
+    )
+
+
+def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])` (scale D**-0.5): q [B, H, W, D];
+    k, v [B, H, S, D]; mask [B, W, S] bool, True = attend, at least one True a row -> [B, H, W, D].
+
+    The Triton kernel for CUDA bf16/fp16/fp32 inputs with W <= NODE_ATTENTION_MAX_W and D <= 256 when triton
+    is installed (output contiguous), else SDPA itself. The kernel rounds the probabilities to the input
+    dtype before the value product, as flash attention does; fp32 inputs are exact fp32 FMAs throughout.
+    """
+    if _kernel_fits(q, k, v, mask) and _triton_ready():
+        if torch.compiler.is_compiling():
+            return node_attention_op(q, k, v, mask)
+        from weaver.ops.triton.node_attention import node_attention  # eager: no op dispatch (host time)
+
+        return node_attention(q, k, v, mask)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
