@@ -185,8 +185,8 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
         args, kw = weaver_args(2, 6, 4, 6, seed=seed)
         ad = kw["adapter"]
         calls: list[tuple] = []
-        step = ad.step
-        ad.step = lambda *a, _step=step, _calls=calls: _calls.append(tuple(a[1].shape)) or _step(*a)
+        step = ad.step_top
+        ad.step_top = lambda *a, _step=step, _calls=calls, **k: _calls.append(tuple(a[1].shape)) or _step(*a, **k)
         build_weaver_device(*args, 32, w=4, c=2, **kw)
         counts.append(calls)
     rounds = weaver_search_rounds(trie_size(32, 4, 2), 4, 4, 2)

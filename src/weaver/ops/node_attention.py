@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from weaver.ops.dispatch import triton_ready
+
 __all__ = ["NODE_ATTENTION_MAX_W", "attend_nodes", "node_attention_op"]
 
 NODE_ATTENTION_MAX_W = 64  # the W rows of a head live in one block (BLOCK_W = next pow2 >= max(W, 16))
@@ -35,19 +37,6 @@ def node_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
 @node_attention_op.register_fake
 def _node_attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return q.new_empty(q.shape)  # contiguous, q's dtype and device
-
-
-_READY: list[bool] = []  # the answer of _triton_ready, once known
-
-
-@torch.compiler.assume_constant_result  # torch.compile folds the answer (no trace of the import)
-def _triton_ready() -> bool:
-    """CUDA and triton both present; asked once per process."""
-    if not _READY:
-        from weaver.ops.triton import triton_available
-
-        _READY.append(triton_available())
-    return _READY[0]
 
 
 def _kernel_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> bool:
@@ -80,7 +69,7 @@ def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     is installed (output contiguous), else SDPA itself. The kernel rounds the probabilities to the input
     dtype before the value product, as flash attention does; fp32 inputs are exact fp32 FMAs throughout.
     """
-    if _kernel_fits(q, k, v, mask) and _triton_ready():
+    if _kernel_fits(q, k, v, mask) and triton_ready():
         if torch.compiler.is_compiling():
             return node_attention_op(q, k, v, mask)
         from weaver.ops.triton.node_attention import node_attention  # eager: no op dispatch (host time)

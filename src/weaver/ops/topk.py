@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from weaver.ops.dispatch import triton_ready
+
 __all__ = ["TOPK_MAX_K", "TOPK_MAX_N", "small_topk_op", "topk_last"]
 
 TOPK_MAX_K = 64  # k rounds of a block reduction: at N = 8192, k = 64 the two are about even (45 vs 53 us)
@@ -34,19 +36,6 @@ def _small_topk_fake(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     return x.new_empty(x.shape[0], k), x.new_empty(x.shape[0], k, dtype=torch.int64)
 
 
-_READY: list[bool] = []  # the answer of _triton_ready, once known
-
-
-@torch.compiler.assume_constant_result  # torch.compile folds the answer (no trace of the import)
-def _triton_ready() -> bool:
-    """CUDA and triton both present; asked once per process."""
-    if not _READY:
-        from weaver.ops.triton import triton_available
-
-        _READY.append(triton_available())
-    return _READY[0]
-
-
 def topk_last(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """`torch.topk(x, k, dim=-1)` (largest, sorted): the Triton kernel for CUDA float32/float64 rows of at
     most TOPK_MAX_N entries and k <= TOPK_MAX_K when triton is installed, else torch.topk itself.
@@ -60,7 +49,7 @@ def topk_last(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         and x.dtype in (torch.float32, torch.float64)
         and 1 <= k <= min(n, TOPK_MAX_K)
         and n <= TOPK_MAX_N
-        and _triton_ready()
+        and triton_ready()
     ):
         if torch.compiler.is_compiling():
             values, indices = small_topk_op(x.reshape(-1, n), k)

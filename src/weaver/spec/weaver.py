@@ -53,6 +53,9 @@ from weaver.models.checkpoint import (
     write_checkpoint,
 )
 from weaver.models.config import ModelConfig
+from weaver.ops.node_attention import attend_nodes
+from weaver.ops.pool_top import fused_pool_top, fused_pool_top_ready
+from weaver.ops.topk import topk_last
 
 __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
@@ -390,6 +393,36 @@ class WeaverAdapter(nn.Module):
         calls) and itself; its K/V are stored in its slot for its descendants. Nodes at depth >= D score
         pool D (meaningless; the caller ignores them). One batched call, no host sync.
         """
+        x, rows, pool = self._grow(state, slot, token, parent, depth)
+        logits = self.score_pool(x, state.pool_ids[rows, pool], state.pool_prior[rows, pool])  # [B, w, K]
+        return torch.log_softmax(logits, dim=-1)
+
+    @torch.no_grad()
+    def step_top(
+        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor,
+        depth: torch.Tensor, c: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """`step`, keeping each node's best c children: log-probs [B, w, c] fp32 (descending) and their token
+        ids [B, w, c]. On CUDA the scoring tail is two fused Triton launches (`weaver.ops.pool_top`)."""
+        x, rows, pool = self._grow(state, slot, token, parent, depth)
+        b, w = pool.shape
+        if fused_pool_top_ready(x):
+            norm = self.out_norm
+            top_lp, top_tok = fused_pool_top(
+                x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
+                state.pool_prior, pool.reshape(b * w), c,
+            )
+            return top_lp.view(b, w, c), top_tok.view(b, w, c)
+        ids = state.pool_ids[rows, pool]  # [B, w, K]
+        logp = torch.log_softmax(self.score_pool(x, ids, state.pool_prior[rows, pool]), dim=-1)
+        top_lp, top_ix = topk_last(logp, c)
+        return top_lp, ids.gather(-1, top_ix)
+
+    def _grow(
+        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The block(s) over w new nodes per row (K/V written to their slots): outputs [B, w, d_rank], the
+        batch-row index [B, w] and each node's pool row [B, w] (depth + 1, clamped to the last pool)."""
         self._check_bound()
         b, w = slot.shape
         p, dev = state.prefix_len, state.visible.device
@@ -408,16 +441,13 @@ class WeaverAdapter(nn.Module):
         state.visible[rows, slot] = seen
         # 2) the block(s): write each node's K/V into its slot, then attend
         x = self.node_rows(token, depth)  # [B, w, d_rank]
-        mask = seen[:, None]  # [B, 1, w, P+S]
         for layer, block in enumerate(self.blocks):
             q, k, v = block.qkv(x)  # [B, H, w, hd]
             state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
             state.v[layer][rows, :, col] = v.transpose(1, 2)
-            x = block.finish(x, _attend(q, state.k[layer], state.v[layer], mask))
-        # 3) children: the pool of depth + 1
-        pool = depth.clamp(max=state.depth - 1)  # [B, w]
-        logits = self.score_pool(x, state.pool_ids[rows, pool], state.pool_prior[rows, pool])  # [B, w, K]
-        return torch.log_softmax(logits, dim=-1)
+            x = block.finish(x, attend_nodes(q, state.k[layer], state.v[layer], seen))  # SDPA; Triton on CUDA
+        # 3) children come from the pool of depth + 1
+        return x, rows, depth.clamp(max=state.depth - 1)
 
     # ------------------------------------------------------------ teacher-forced chain
     def forward(

@@ -132,11 +132,8 @@ def _children(
     Entries that do not grow are padded like the host does: a scratch slot, token 0, no parent, depth 0.
     """
     parent, token, depth = (torch.where(grow, t, pad) for t, pad in zip(item.unbind(-1), (-1, 0, 0)))
-    logp = adapter.step(state, torch.where(grow, node, scratch), token, parent, depth)  # [B, w, K]
-    top_lp, top_ix = topk_last(logp, c)  # [B, w, c]
-    pool = depth.clamp(max=state.depth - 1)  # [B, w]
-    pool_ids = state.pool_ids.gather(1, pool[..., None].expand(-1, -1, state.pool_ids.shape[-1]))  # [B, w, K]
-    return score[..., None] + top_lp.double(), pool_ids.gather(-1, top_ix), top_lp
+    top_lp, tokens = adapter.step_top(state, torch.where(grow, node, scratch), token, parent, depth, c)  # [B, w, c]
+    return score[..., None] + top_lp.double(), tokens, top_lp
 
 
 @register_builder("weaver")

@@ -24,17 +24,15 @@ import triton.language as tl
 from weaver.ops.topk import TOPK_MAX_K, TOPK_MAX_N
 from weaver.ops.triton._utils import check_device, next_pow2
 
-__all__ = ["small_topk", "topk_config"]
+__all__ = ["select_top", "small_topk", "topk_config"]
 
 
 @triton.jit
-def small_topk_kernel(x, values, indices, N, k, stride_x, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      IS64: tl.constexpr):  # fmt: skip
-    i_r = tl.program_id(0).to(tl.int64)
+def select_top(b_x, m_n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IS64: tl.constexpr):
+    """The k largest of b_x [BLOCK_N] (lanes with m_n False never win): values [BLOCK_K] (b_x's dtype; lanes
+    >= k are junk) and indices [BLOCK_K] int32, sorted descending, ties to the lowest index (module doc)."""
     o_n = tl.arange(0, BLOCK_N)
     o_k = tl.arange(0, BLOCK_K)
-    m_n = o_n < N
-    b_x = tl.load(x + i_r * stride_x + o_n, mask=m_n, other=0)
     if IS64:
         b_bits = b_x.to(tl.int64, bitcast=True)
         b_key = b_bits ^ ((b_bits >> 63) & 0x7FFFFFFFFFFFFFFF)
@@ -62,6 +60,18 @@ def small_topk_kernel(x, values, indices, N, k, stride_x, BLOCK_N: tl.constexpr,
     else:
         out_bits = out_key ^ ((out_key >> 31) & 0x7FFFFFFF)
         out_val = out_bits.to(tl.float32, bitcast=True)
+    return out_val, out_idx
+
+
+@triton.jit
+def small_topk_kernel(x, values, indices, N, k, stride_x, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      IS64: tl.constexpr):  # fmt: skip
+    i_r = tl.program_id(0).to(tl.int64)
+    o_n = tl.arange(0, BLOCK_N)
+    o_k = tl.arange(0, BLOCK_K)
+    m_n = o_n < N
+    b_x = tl.load(x + i_r * stride_x + o_n, mask=m_n, other=0)
+    out_val, out_idx = select_top(b_x, m_n, k, BLOCK_N, BLOCK_K, IS64)
     m_k = o_k < k
     tl.store(values + i_r * k + o_k, out_val, mask=m_k)
     tl.store(indices + i_r * k + o_k, out_idx.to(tl.int64), mask=m_k)

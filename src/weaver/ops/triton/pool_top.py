@@ -1,0 +1,127 @@
+"""The Weaver adapter step's tail in two Triton launches: pool scoring, then log-softmax + top-c children.
+
+    top_lp, top_tok = pool_top(y, norm_w, norm_b, eps, table, pool_ids, pool_prior, pool, c)
+
+Per node row r (batch row b = r // W, pool row p = pool[r]) this is, with the rounding points of
+`WeaverAdapter.score_pool` (norm in fp32 cast to y's dtype, the residual product in the table's dtype):
+
+    q       = out_norm(y[r])                                        [d]
+    logits  = pool_prior[b, p] + table[pool_ids[b, p]] @ q          [K]   (table = W_lm @ lm_head_query_in)
+    top_lp, top_ix = topk(log_softmax(logits), c);  top_tok = pool_ids[b, p, top_ix]
+
+On the H200 the torch path is ~10 small kernels per adapter step (norm pieces, two gathers, a batched
+GEMV, the prior add, log-softmax, top-k, the token gather), 17 steps a round. Launch 1 spreads the K
+gathered rows over (row, K-block) programs; launch 2 holds a row's K logits in one program for the
+log-sum-exp and the c selection rounds (`topk.select_top`: ties to the lowest pool index).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from weaver.ops.triton._utils import check_device
+from weaver.ops.triton.decode import _round
+from weaver.ops.triton.topk import select_top
+
+__all__ = ["pool_top"]
+
+
+@triton.jit
+def _pool_logits_kernel(
+    y, norm_w, norm_b, table, ids, prior, pool, logits,
+    W, K, D, eps,
+    stride_y, stride_t, stride_ib, stride_id, stride_pb, stride_pd,
+    HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+):
+    i_r = tl.program_id(0)
+    i_k = tl.program_id(1)
+    i_b = i_r // W
+    p = tl.load(pool + i_r)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    b_x = tl.load(y + i_r * stride_y + o_d, mask=m_d, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=0) / D + eps)
+    b_q = b_x * rstd * tl.load(norm_w + o_d, mask=m_d, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_q += tl.load(norm_b + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_q = _round(b_q, y.dtype.element_ty)  # WeaverNorm hands back y's dtype
+    o_k = i_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    m_k = o_k < K
+    b_ids = tl.load(ids + i_b * stride_ib + p * stride_id + o_k, mask=m_k, other=0)
+    p_rows = table + b_ids.to(tl.int64)[:, None] * stride_t + o_d[None, :]
+    b_rows = tl.load(p_rows, mask=m_k[:, None] & m_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_K, BLOCK_D]
+    b_dot = _round(tl.sum(b_rows * b_q[None, :], axis=1), table.dtype.element_ty)  # the product in the table's dtype
+    b_prior = tl.load(prior + i_b * stride_pb + p * stride_pd + o_k, mask=m_k, other=0.0).to(tl.float32)
+    tl.store(logits + i_r * K + o_k, b_prior + b_dot, mask=m_k)
+
+
+@triton.jit
+def _pool_top_kernel(
+    logits, ids, pool, out_lp, out_tok,
+    W, K, c,
+    stride_ib, stride_id,
+    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    i_r = tl.program_id(0)
+    i_b = i_r // W
+    p = tl.load(pool + i_r)
+    o_k = tl.arange(0, BLOCK_K)
+    m_k = o_k < K
+    b_x = tl.load(logits + i_r * K + o_k, mask=m_k, other=float("-inf"))
+    m = tl.max(b_x, axis=0)
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    lse = m_safe + tl.log(tl.sum(tl.exp(b_x - m_safe), axis=0))
+    b_val, b_idx = select_top(b_x, m_k, c, BLOCK_K, BLOCK_C, False)
+    o_c = tl.arange(0, BLOCK_C)
+    m_c = o_c < c
+    b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0)
+    tl.store(out_lp + i_r * c + o_c, b_val - lse, mask=m_c)
+    tl.store(out_tok + i_r * c + o_c, b_tok.to(tl.int64), mask=m_c)
+
+
+def pool_top(
+    y: torch.Tensor,  # [R, d] adapter outputs, R = B W node rows (row r in batch row r // W)
+    norm_weight: torch.Tensor,  # [d] out_norm weight
+    norm_bias: torch.Tensor | None,  # [d] out_norm bias, or None
+    eps: float,
+    table: torch.Tensor,  # [V, d] W_lm @ lm_head_query_in (the adapter's residual_lm_head), unit stride along d
+    pool_ids: torch.Tensor,  # [B, D, K] candidate token ids per depth
+    pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
+    pool: torch.Tensor,  # [R] long: each row's pool (depth row of pool_ids)
+    c: int,  # children kept per row
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs [R, c] fp32 (sorted descending) and token ids [R, c] int64 of each row's best c children."""
+    check_device(y, norm_weight, norm_bias, table, pool_ids, pool_prior, pool)
+    r, d = y.shape
+    b, _, k = pool_ids.shape
+    if r % b or pool.shape != (r,) or pool_prior.shape != pool_ids.shape or table.shape[1] != d:
+        raise ValueError(f"pool_top: y [B W, d], pool [B W], pool_ids / pool_prior [B, D, K], table [V, d]; got "
+                         f"{tuple(y.shape)}, {tuple(pool.shape)}, {tuple(pool_ids.shape)}, {tuple(table.shape)}")
+    if not 1 <= c <= min(k, 64):
+        raise ValueError(f"pool_top needs 1 <= c <= min(K, 64), got c={c}, K={k}")
+    y = y if y.stride(1) == 1 else y.contiguous()
+    ids, prior = (t if t.stride(2) == 1 else t.contiguous() for t in (pool_ids, pool_prior))
+    if table.stride(1) != 1:
+        raise ValueError("pool_top needs the table with unit stride along d")
+    logits = torch.empty(r, k, dtype=torch.float32, device=y.device)
+    top_lp = torch.empty(r, c, dtype=torch.float32, device=y.device)
+    top_tok = torch.empty(r, c, dtype=torch.int64, device=y.device)
+    if r == 0:
+        return top_lp, top_tok
+    block_d = triton.next_power_of_2(d)
+    block_k = max(1, min(32, 8192 // block_d, triton.next_power_of_2(k)))  # <= 8K gathered values a program
+    _pool_logits_kernel[(r, triton.cdiv(k, block_k))](
+        y, norm_weight, norm_bias if norm_bias is not None else norm_weight, table, ids, prior, pool, logits,
+        r // b, k, d, eps,
+        y.stride(0), table.stride(0), ids.stride(0), ids.stride(1), prior.stride(0), prior.stride(1),
+        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4,
+    )
+    _pool_top_kernel[(r,)](
+        logits, ids, pool, top_lp, top_tok,
+        r // b, k, c,
+        ids.stride(0), ids.stride(1),
+        BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), num_warps=4,
+    )
+    return top_lp, top_tok

@@ -1,0 +1,111 @@
+"""The fused Weaver step tail (weaver.ops.triton.pool_top) vs the adapter's own torch path.
+
+CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
+the benchmark's adapter (d_rank 512, pool 512, c 8, SmolLM2's vocabulary). The torch path is
+`WeaverAdapter.score_pool` -> log_softmax -> top-k -> token gather, which `step_top` runs off CUDA.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+
+from weaver.models.config import ModelConfig
+from weaver.ops.pool_top import pool_top_op
+from weaver.ops.triton.pool_top import pool_top
+from weaver.spec.weaver import WeaverAdapter
+from weaver.testing import assert_close
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def _case(b, w, d, k, depth, vocab, dtype, bias, seed):
+    """A bound random adapter, its outputs y [B, w, d] and one round's pools."""
+    target = ModelConfig(vocab_size=vocab, hidden_size=24, intermediate_size=32, num_hidden_layers=1)
+    adapter = WeaverAdapter.random(target, d_rank=d, num_heads=2, mlp_dim=8, max_depth=depth, pool_size=k,
+                                   seed=seed, norm_bias=bias)
+    gen = torch.Generator().manual_seed(seed)
+    adapter.bind(torch.randn(vocab, 24, generator=gen), torch.randn(vocab, 24, generator=gen) * 0.3)
+    adapter = adapter.to(device=DEVICE, dtype=dtype)
+    adapter.bind(adapter._embed.to(DEVICE, dtype), torch.randn(vocab, 24, generator=gen).to(DEVICE, dtype) * 0.3)
+    y = (torch.randn(b, w, d, generator=gen) * 2).to(DEVICE, dtype)
+    pool_ids = torch.stack([torch.randperm(vocab, generator=gen)[:k] for _ in range(b * depth)]).view(b, depth, k)
+    pool_prior = torch.randn(b, depth, k, generator=gen) * 2
+    pool = torch.randint(0, depth, (b, w), generator=gen)
+    return adapter, y, pool_ids.to(DEVICE), pool_prior.to(DEVICE), pool.to(DEVICE)
+
+
+def _torch_path(adapter, y, pool_ids, pool_prior, pool, c):
+    rows = torch.arange(y.shape[0], device=y.device)[:, None].expand(pool.shape)
+    ids = pool_ids[rows, pool]
+    logp = torch.log_softmax(adapter.score_pool(y, ids, pool_prior[rows, pool]), dim=-1)
+    top_lp, top_ix = torch.topk(logp, c, dim=-1)
+    return logp, top_lp, ids.gather(-1, top_ix)
+
+
+@settings(max_examples=8 if FULL else 20, deadline=None)
+@given(
+    b=st.integers(1, 2),
+    w=st.integers(1, 4) if not FULL else st.sampled_from([4, 8]),
+    d=st.sampled_from([512]) if FULL else st.sampled_from([8, 16, 24]),
+    k=st.sampled_from([512]) if FULL else st.integers(2, 40),
+    depth=st.integers(1, 4),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
+    data=st.data(),
+)
+def test_pool_top_matches_the_adapter_torch_path(b, w, d, k, depth, dtype, bias, seed, data):
+    vocab = 49152 if FULL else k + 7
+    c = data.draw(st.integers(1, min(k, 8)))
+    adapter, y, pool_ids, pool_prior, pool = _case(b, w, d, k, depth, vocab, dtype, bias, seed)
+    norm = adapter.out_norm
+    got_lp, got_tok = pool_top(y.reshape(b * w, d), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head,
+                               pool_ids, pool_prior, pool.reshape(-1), c)
+    logp, want_lp, want_tok = _torch_path(adapter, y, pool_ids, pool_prior, pool, c)
+    assert got_lp.dtype == torch.float32 and got_tok.dtype == torch.int64
+    assert_close("top log p", want_lp.reshape(b * w, c), got_lp, TOL[dtype])
+    # tokens: equal wherever the torch path's top-c is not within the tolerance of a tie
+    lp_sorted = torch.sort(logp.reshape(b * w, k), dim=-1, descending=True).values.cpu()
+    gaps = (lp_sorted[:, :c] - lp_sorted[:, 1 : c + 1]).abs() if c < k else lp_sorted[:, :c] * 0 + 1
+    clear = (gaps > 10 * TOL[dtype]).cumprod(dim=-1).bool()
+    assert torch.equal(got_tok.cpu()[clear], want_tok.reshape(b * w, c).cpu()[clear])
+
+
+def test_step_top_equals_step_then_top_c():
+    """`step_top` = `step`'s log-probs, their top c, the tokens from each node's pool; same K/V written."""
+    adapter, _, pool_ids, pool_prior, _ = _case(1, 3, 16, 9, 3, 20, torch.float32, True, 4)
+    gen = torch.Generator().manual_seed(9)
+    hidden = (torch.randn(1, 24, generator=gen).to(DEVICE), torch.randn(1, 3, 24, generator=gen).to(DEVICE))
+    slot, token, parent, depth = (torch.tensor(v, device=DEVICE) for v in
+                                  ([[0, 1, 2]], [[5, 6, 7]], [[-1, 0, 0]], [[0, 1, 2]]))
+    states = [adapter.begin_round(*hidden, pool_ids, pool_prior, capacity=6) for _ in range(2)]
+    top_lp, top_tok = adapter.step_top(states[0], slot, token, parent, depth, c=4)
+    logp = adapter.step(states[1], slot, token, parent, depth)
+    want_lp, want_ix = torch.topk(logp, 4, dim=-1)
+    pool = depth.clamp(max=2)
+    assert torch.equal(top_lp, want_lp)
+    assert torch.equal(top_tok, pool_ids[0, pool[0]].gather(-1, want_ix[0])[None])
+    assert torch.equal(states[0].k, states[1].k) and torch.equal(states[0].visible, states[1].visible)
+
+
+def test_pool_top_rejects_bad_shapes():
+    adapter, y, pool_ids, pool_prior, pool = _case(1, 2, 8, 5, 2, 12, torch.float32, False, 0)
+    norm = adapter.out_norm
+    args = (norm.weight, norm.bias, norm.eps, adapter.residual_lm_head, pool_ids, pool_prior)
+    with pytest.raises(ValueError, match="pool_top: y"):
+        pool_top(y.reshape(2, 8), *args, pool.reshape(-1)[:1], 2)
+    with pytest.raises(ValueError, match="1 <= c"):
+        pool_top(y.reshape(2, 8), *args, pool.reshape(-1), 6)
+
+
+def test_pool_top_op_traces():
+    """The custom op's fake impl (torch.compile of the build stage) matches the kernel's outputs."""
+    adapter, y, pool_ids, pool_prior, pool = _case(1, 2, 8, 5, 2, 12, torch.float32, True, 1)
+    norm = adapter.out_norm
+    args = (y.reshape(2, 8), norm.weight.detach(), norm.bias.detach(), norm.eps, adapter.residual_lm_head, pool_ids,
+            pool_prior, pool.reshape(-1), 3)  # the build stage runs without autograd
+    torch.library.opcheck(pool_top_op, args)
