@@ -35,6 +35,7 @@ expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -176,6 +177,9 @@ class WeaverAdapter(nn.Module):
     def __init__(self, config: WeaverConfig) -> None:
         super().__init__()
         self.config = cfg = config
+        # the fused Triton step kernels on CUDA (node attention, scoring tail): opt-in until their compiled
+        # tests and the round profile have run on the H200 (scripts/gpu/adapter_check.sh); torch otherwise
+        self.fused_kernels = os.environ.get("WEAVER_FUSED_ADAPTER", "0") == "1"
         ht, d = cfg.target_hidden, cfg.d_rank
         self.output_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on h_tgt and h_1..h_D
         self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
@@ -406,7 +410,7 @@ class WeaverAdapter(nn.Module):
         ids [B, w, c]. On CUDA the scoring tail is two fused Triton launches (`weaver.ops.pool_top`)."""
         x, rows, pool = self._grow(state, slot, token, parent, depth)
         b, w = pool.shape
-        if fused_pool_top_ready(x):
+        if self.fused_kernels and fused_pool_top_ready(x):
             norm = self.out_norm
             top_lp, top_tok = fused_pool_top(
                 x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
@@ -445,7 +449,8 @@ class WeaverAdapter(nn.Module):
             q, k, v = block.qkv(x)  # [B, H, w, hd]
             state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
             state.v[layer][rows, :, col] = v.transpose(1, 2)
-            x = block.finish(x, attend_nodes(q, state.k[layer], state.v[layer], seen))  # SDPA; Triton on CUDA
+            attend = attend_nodes if self.fused_kernels else lambda q, k, v, m: _attend(q, k, v, m[:, None])
+            x = block.finish(x, attend(q, state.k[layer], state.v[layer], seen))
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
 
