@@ -63,15 +63,21 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     TP = gt.tile_rows(T, cfg.BT)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
     prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "amat", "pmat", "rhs", "qh", "aux_k", "aux_G")}
-    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32")
+    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32", W0="i32")
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
                       L2NORM=False, LOWP=dtype == "bf16")  # fmt: skip
-    prep = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, prep_const, cfg.prep_warps, cfg.prep_stages)
+    preps = []  # one kernel for every item kind, or (split_prep) one per kind
+    kinds = ((1, "prep diagonal"), (2, "prep pair"), (3, "prep state")) if cfg.split_prep else ((0, "prep"),)
+    for items, name in kinds:
+        kern = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, dict(prep_const, ITEMS=items), cfg.prep_warps,
+                              cfg.prep_stages)
+        preps.append(report(f"T={T} {dtype} {cfg} {name}", kern))
     solve_args = {n: "*fp32" for n in ("amat", "pmat", "rhs", "qh", "aux_delta")}
     solve_args.update(o=f"*{el}", T="i32")
     solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False)
-    solve = compile_kernel(gt.gdn_tree_solve_kernel, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
-    return [report(f"T={T} {dtype} {cfg} prep", prep), report(f"T={T} {dtype} {cfg} solve", solve)]
+    solve_fn = gt.gdn_tree_solve_kernel if cfg.solve_order == "right" else gt.gdn_tree_solve_left_kernel
+    solve = compile_kernel(solve_fn, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
+    return [*preps, report(f"T={T} {dtype} {cfg} solve", solve)]
 
 
 def check_small_topk() -> list[str]:
@@ -120,6 +126,8 @@ def main() -> None:
     parser.add_argument("--precision", nargs="+", default=[], help="fp32 product precisions to try")
     parser.add_argument("--BVP", type=int, nargs="+", default=[], help="state item widths to try")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
+    parser.add_argument("--split-prep", action="store_true", help="also one prep kernel per item kind")
+    parser.add_argument("--left-solve", action="store_true", help="also the left-looking solve")
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     args = parser.parse_args()
@@ -138,6 +146,9 @@ def main() -> None:
             cfgs += [base._replace(precision=p) for p in args.precision]
             cfgs += [base._replace(BVP=b) for b in args.BVP]
             cfgs += [base._replace(BT=bt) for bt in args.BT]
+            cfgs += [base._replace(split_prep=True)] if args.split_prep else []
+            cfgs += [base._replace(solve_order="left")] + [base._replace(solve_order="left", BV=bv) for bv in args.BV] \
+                if args.left_solve else []
             for cfg in cfgs:
                 try:
                     for line in check_gdn_tree(T, dtype, cfg):

@@ -101,8 +101,9 @@ def test_gdn_tree_tile_sizes(kind: str, BT: int) -> None:
 @pytest.mark.parametrize(
     "change",
     [dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64), dict(BVP=16),
-     dict(BVP=64), dict(BT=32), dict(BT=64)],
-    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64"],
+     dict(BVP=64), dict(BT=32), dict(BT=64), dict(split_prep=True), dict(solve_order="left"),
+     dict(BT=64, split_prep=True, solve_order="left")],
+    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64", "split_prep", "left", "BT64-split-left"],
 )
 def test_gdn_tree_launch_options(change: dict) -> None:
     """Every launch option computes the same function (chain and proposal trees, pad tiles skipped)."""
@@ -126,6 +127,8 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
         par = torch.tensor([random_parents(T, 4, kind, pads=3)], device=DEVICE)
         for h0 in (True, False):
             check(par, torch.float32, False, h0, seed=6, config=GDNTreeConfig(BT=16), **SHAPE)
+            cfg = GDNTreeConfig(BT=16, split_prep=True, solve_order="left")  # Delta_j read back: written first
+            check(par, torch.float32, False, h0, seed=6, config=cfg, **SHAPE)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x3"])
@@ -216,6 +219,8 @@ def test_gdn_tree_rejects_bad_inputs() -> None:
         wt.gdn_tree(q, k, v, g, beta, par[:, :3])
     with pytest.raises(ValueError, match="BT"):
         wt.gdn_tree(q, k, v, g, beta, par, config=GDNTreeConfig(BT=8))
+    with pytest.raises(ValueError, match="solve_order"):
+        wt.gdn_tree(q, k, v, g, beta, par, config=GDNTreeConfig(solve_order="up"))
     with pytest.raises(ValueError, match="path"):
         _, aux = wt.gdn_tree(q, k, v, g, beta, par)
         wt.gdn_tree_commit(aux, par[0], None)

@@ -366,6 +366,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
     {}, dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32), dict(BVP=32), dict(BVP=64),
     dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
+    dict(solve_order="left"), dict(split_prep=True), dict(solve_order="left", BVP=64),
+    dict(solve_order="left", split_prep=True, BVP=64),
 ]  # fmt: skip
 
 

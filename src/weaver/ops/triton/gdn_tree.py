@@ -59,6 +59,13 @@ class GDNTreeConfig(NamedTuple):
     prep_stages: int = 1  # of the prep kernel
     BVP: int = 32  # value columns per state item of the prep kernel
     inv_precision: str = "auto"  # fp32 x fp32 products of the prep kernel; 'auto' = as `precision`
+    # one prep launch per item kind (diagonal, pair, state) instead of one for all: the pair and state items
+    # then run without the Neumann branch's registers (an idea for T=256, not yet timed on the H200)
+    split_prep: bool = False
+    # block forward substitution: "right" keeps the residual of all T rows in registers (the v7 default);
+    # "left" holds one row tile and re-reads each Delta_j the program wrote (no spills at T=256, where "right"
+    # spills 464 B/thread on sm_90; not yet timed on the H200)
+    solve_order: str = "right"
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
@@ -154,17 +161,19 @@ def _neumann_inverse(b_a, n_chain, BT: tl.constexpr, LOG2BT: tl.constexpr, PREC:
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T,
+    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
-    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+    L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
 ):  # fmt: skip
-    """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = axis 1):
+    """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = W0 + axis 1):
       w < NTP                 diagonal item of tile i = w (aux.G, aux.k, X_ii, P_ii);
       w < NTP + NPAIR         pair item (i, j), j < i, numbered i (i - 1) / 2 + j (A_ij, P_ij);
       otherwise               state item (tile i, value chunk c) (rhs_i, QH_i).
+    ITEMS = 0 takes every kind in one launch; 1 / 2 / 3 compile the diagonal / pair / state branch alone
+    (`GDNTreeConfig.split_prep`: one launch per kind, each with only its own register footprint).
     Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside."""
-    i_bh, w = tl.program_id(0), tl.program_id(1)
+    i_bh, w = tl.program_id(0), tl.program_id(1) + W0
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
     NTP: tl.constexpr = TP // BT
@@ -182,10 +191,14 @@ def gdn_tree_prep_kernel(
     m_k = o_k < K
     o_a = tl.arange(0, TA)
     m_a = o_a < T
-    # which tile this item works on (pair items: the row tile i; j below)
-    if w < NTP:
+    # the item's kind (0 diagonal, 1 pair, 2 state) and the tile it works on (pair items: the row tile i)
+    if ITEMS == 0:
+        kind = tl.where(w < NTP, 0, tl.where(w < NTP + NPAIR, 1, 2))
+    else:
+        kind = ITEMS - 1
+    if kind == 0:
         i = w
-    elif w < NTP + NPAIR:
+    elif kind == 1:
         i = w * 0 + 1
         for ii in tl.static_range(2, NTP):
             if w - NTP >= ii * (ii - 1) // 2:
@@ -198,7 +211,7 @@ def gdn_tree_prep_kernel(
         b_ga = tl.load(g + i_b * T * HV + i_hv + o_a * HV, mask=m_a, other=0).to(tl.float32)
         b_Gi, b_ki, b_rki = _keys(p_k, p_anc, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, T, H, K, BT, L2NORM)
         b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, H, K, HV, BT, L2NORM)
-        if w < NTP:
+        if kind == 0:
             tl.store(aux_G + i_b * T * HV + i_hv + o_i * HV, b_Gi, mask=m_i)
             if i_hv % R == 0:
                 tl.store(aux_k + i_b * T * H * K + i_h * K + o_i[:, None] * (H * K) + o_k[None, :],
@@ -214,7 +227,7 @@ def gdn_tree_prep_kernel(
             n_chain = tl.max(tl.where(m_i, b_dep - b_top + 1, 1), 0)
             b_x = _neumann_inverse(b_s, n_chain, BT, LOG2BT, PREC, INTERPRET)
             tl.store(p_a + o_i[:, None] * TP + o_i[None, :], b_x)
-        elif w < NTP + NPAIR:
+        elif kind == 1:
             j = w - NTP - i * (i - 1) // 2
             o_j = j * BT + o_t
             m_j = o_j < T
@@ -328,6 +341,59 @@ def gdn_tree_solve_kernel(
             tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
 
 
+@triton.jit(do_not_specialize=["T"])
+def gdn_tree_solve_left_kernel(
+    amat, pmat, rhs, qh, o, aux_delta, T,
+    HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
+    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
+):  # fmt: skip
+    """Left-looking block forward substitution for one (value block, batch row x value head): tile i's
+    residual rhs_i - sum_{j<i} A_ij Delta_j from the Delta_j this program stored (a barrier makes them
+    visible to all its threads), Delta_i = X_ii residual_i; then O_i = QH_i + sum_{j<=i} P_ij Delta_j.
+    Registers hold one row tile at a time, whatever T."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    NT: tl.constexpr = TP // BT
+    p_a = amat + i_bh.to(tl.int64) * TP * TP
+    p_m = pmat + i_bh.to(tl.int64) * TP * TP
+    p_r = rhs + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV  # node n at n * HV * V
+    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
+    o_t = tl.arange(0, BT)
+    o_c = tl.arange(0, BV)
+    m_c = i_v * BV + o_c < V
+    for i in tl.static_range(NT):
+        if i * BT < T:
+            o_i = i * BT + o_t
+            m_i = o_i < T
+            m_ic = m_i[:, None] & m_c[None, :]
+            b_r = tl.load(p_r + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
+            for j in tl.static_range(i):  # tiles above i lie wholly inside T
+                o_j = j * BT + o_t
+                b_a = tl.load(p_a + o_i[:, None] * TP + o_j[None, :], mask=m_i[:, None], other=0)
+                b_dj = tl.load(p_d + o_j[:, None] * (HV * V) + o_c[None, :], mask=m_c[None, :], other=0)
+                b_r -= mm(b_a, b_dj, PREC, INTERPRET)
+            b_x = tl.load(p_a + o_i[:, None] * TP + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0)
+            tl.store(p_d + o_i[:, None] * (HV * V) + o_c[None, :], mm(b_x, b_r, PREC, INTERPRET), mask=m_ic)
+            tl.debug_barrier()  # Delta_i written by every thread before any reads it back
+    for i in tl.static_range(NT):
+        if i * BT < T:
+            o_i = i * BT + o_t
+            m_i = o_i < T
+            m_ic = m_i[:, None] & m_c[None, :]
+            b_o = tl.zeros([BT, BV], dtype=tl.float32)
+            for j in tl.static_range(i + 1):
+                o_j = j * BT + o_t
+                m_j = o_j < T
+                b_p = tl.load(p_m + o_i[:, None] * TP + o_j[None, :], mask=m_i[:, None] & m_j[None, :], other=0)
+                b_dj = tl.load(p_d + o_j[:, None] * (HV * V) + o_c[None, :], mask=m_j[:, None] & m_c[None, :], other=0)
+                b_o += mm(b_p, b_dj, PREC, INTERPRET)
+            if USE_H0:
+                b_o += tl.load(p_qh + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
+            tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
+
+
 def gdn_tree_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -349,6 +415,8 @@ def gdn_tree_fwd(
     BT, BV = config.BT, config.BV
     if BT not in (16, 32, 64) or BV < 16 or BV & (BV - 1) or config.BVP < 16 or config.BVP & (config.BVP - 1):
         raise ValueError(f"config needs BT in (16, 32, 64) and BV, BVP powers of two >= 16, got {config}")
+    if config.solve_order not in ("right", "left"):
+        raise ValueError(f"solve_order must be 'right' or 'left', got {config.solve_order!r}")
     dev = q.device
     TP = tile_rows(T, BT)
     o = torch.empty(B, T, HV, V, dtype=out_dtype, device=dev)
@@ -367,15 +435,21 @@ def gdn_tree_fwd(
     prep_prec = prec if config.inv_precision == "auto" else precision_code(config.inv_precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
-    gdn_tree_prep_kernel[(B * HV, sum(prep_items(T, BT, V, config.BVP)))](
-        q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T,
-        H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
-        LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
-        INTERPRET=interp, num_warps=config.prep_warps, num_stages=config.prep_stages,
-    )  # fmt: skip
+    items = prep_items(T, BT, V, config.BVP)
+    launches = [(0, 0, sum(items))]  # (ITEMS, first item, items)
+    if config.split_prep:
+        launches = [(kind + 1, sum(items[:kind]), n) for kind, n in enumerate(items) if n]
+    for kind, first, count in launches:
+        gdn_tree_prep_kernel[(B * HV, count)](
+            q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T, first,
+            H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
+            LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
+            INTERPRET=interp, ITEMS=kind, num_warps=config.prep_warps, num_stages=config.prep_stages,
+        )  # fmt: skip
     if not run_solve:
         return o, aux
-    gdn_tree_solve_kernel[(triton.cdiv(V, BV), B * HV)](
+    solve = gdn_tree_solve_kernel if config.solve_order == "right" else gdn_tree_solve_left_kernel
+    solve[(triton.cdiv(V, BV), B * HV)](
         amat, pmat, rhs, qh, o, aux.delta, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec,
         INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
