@@ -293,6 +293,22 @@ def _set_tile(b_r, b_d, i, NT: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr)
         return tl.reshape(tl.where(sel, b_d[None, :, :], b_r3), (NT * BT, BV))
 
 
+@triton.jit
+def _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                 TP: tl.constexpr):  # fmt: skip
+    """This solve program's (value block, batch row x value head) bases: A/X and P [TP, TP], rhs and QH
+    [TP, V] (scratch, per head), Delta and o (node n at n * HV * V)."""
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    p_a = amat + i_bh.to(tl.int64) * TP * TP
+    p_m = pmat + i_bh.to(tl.int64) * TP * TP
+    p_r = rhs + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
+    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV
+    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
+    return p_a, p_m, p_r, p_qh, p_d, p_o
+
+
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_solve_kernel(
     amat, pmat, rhs, qh, o, aux_delta, T,
@@ -300,15 +316,9 @@ def gdn_tree_solve_kernel(
     USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Right-looking block forward substitution for one (value block, batch row x value head)."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    i_v = tl.program_id(0)
     NT: tl.constexpr = TP // BT
-    p_a = amat + i_bh.to(tl.int64) * TP * TP
-    p_m = pmat + i_bh.to(tl.int64) * TP * TP
-    p_r = rhs + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV  # node n at n * HV * V
-    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
+    p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
     o_r = tl.arange(0, TP)
     m_r = o_r < T
     o_t = tl.arange(0, BT)
@@ -351,15 +361,9 @@ def gdn_tree_solve_left_kernel(
     residual rhs_i - sum_{j<i} A_ij Delta_j from the Delta_j this program stored (a barrier makes them
     visible to all its threads), Delta_i = X_ii residual_i; then O_i = QH_i + sum_{j<=i} P_ij Delta_j.
     Registers hold one row tile at a time, whatever T."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    i_v = tl.program_id(0)
     NT: tl.constexpr = TP // BT
-    p_a = amat + i_bh.to(tl.int64) * TP * TP
-    p_m = pmat + i_bh.to(tl.int64) * TP * TP
-    p_r = rhs + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV  # node n at n * HV * V
-    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
+    p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
     o_t = tl.arange(0, BT)
     o_c = tl.arange(0, BV)
     m_c = i_v * BV + o_c < V
