@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from weaver.ops.dispatch import triton_ready
+from weaver.ops.dispatch import launch, triton_ready
 
 __all__ = ["NODE_ATTENTION_MAX_W", "attend_nodes", "node_attention_op"]
 
@@ -70,9 +70,5 @@ def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     dtype before the value product, as flash attention does; fp32 inputs are exact fp32 FMAs throughout.
     """
     if _kernel_fits(q, k, v, mask) and triton_ready():
-        if torch.compiler.is_compiling():
-            return node_attention_op(q, k, v, mask)
-        from weaver.ops.triton.node_attention import node_attention  # eager: no op dispatch (host time)
-
-        return node_attention(q, k, v, mask)
+        return launch(node_attention_op, "weaver.ops.triton.node_attention", "node_attention", q, k, v, mask)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])

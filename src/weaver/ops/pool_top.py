@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from weaver.ops.dispatch import triton_ready
+from weaver.ops.dispatch import launch, triton_ready
 
 __all__ = ["fused_pool_top", "fused_pool_top_ready", "pool_top_op"]
 
@@ -44,8 +44,4 @@ def fused_pool_top(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-c children log-probs [R, c] and tokens [R, c] (see `weaver.ops.triton.pool_top`)."""
     args = (y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c)
-    if torch.compiler.is_compiling():
-        return pool_top_op(*args)
-    from weaver.ops.triton.pool_top import pool_top  # eager: the launcher itself, without the op's dispatch
-
-    return pool_top(*args)
+    return launch(pool_top_op, "weaver.ops.triton.pool_top", "pool_top", *args)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from weaver.ops.dispatch import triton_ready
+from weaver.ops.dispatch import launch, triton_ready
 
 __all__ = ["TOPK_MAX_K", "TOPK_MAX_N", "small_topk_op", "topk_last"]
 
@@ -51,12 +51,7 @@ def topk_last(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         and n <= TOPK_MAX_N
         and triton_ready()
     ):
-        if torch.compiler.is_compiling():
-            values, indices = small_topk_op(x.reshape(-1, n), k)
-        else:  # eager: the launcher itself, without the op's dispatch (~20 us of host time a call)
-            from weaver.ops.triton.topk import small_topk
-
-            values, indices = small_topk(x.reshape(-1, n), k)
+        values, indices = launch(small_topk_op, "weaver.ops.triton.topk", "small_topk", x.reshape(-1, n), k)
         return values.view(*x.shape[:-1], k), indices.view(*x.shape[:-1], k)
     values, indices = torch.topk(x, k, dim=-1)
     return values, indices
