@@ -5,7 +5,7 @@
 #   1. the Triton GDN tests compiled at full size (correctness first);
 #   2. `weaver bench kernels` at T = 16..256, proposal trees and chains, every baseline;
 #   3. the fp32-input check (errors and kernel time) at T = 16..256;
-#   4. the launch-config sweep at T=128 (kernel only; cut at KA_SWEEP), 5. the anchor-like wide trees at T=128.
+#   4. the launch-config sweep at T=128 (KA_SWEEP_T="128 256": more sizes; kernel only; cut at KA_SWEEP), 5. the anchor-like wide trees at T=128.
 # Each step is bounded (seconds: KA_TEST, KA_BENCH, KA_FP32, KA_SWEEP, KA_WIDE) so the call ends inside
 # 10 minutes. Everything lands in $OUT/kernels_all.tgz (the device returns at most 8 files) and the
 # markdown tables are printed last.
@@ -33,7 +33,7 @@ KERNELS_TESTS=0 KERNELS_TAG=fp32 KERNELS_BENCH_TIMEOUT=${KA_FP32:-45} \
   KERNELS_BENCH_ARGS="--T 16 64 128 256 --kinds tree chain --methods fused --fp32-check --reps 60 --sets 4 --tag fp32" \
   bash scripts/gpu/kernels.sh
 KERNELS_TESTS=0 KERNELS_TAG=sweep KERNELS_BENCH_TIMEOUT=${KA_SWEEP:-60} \
-  KERNELS_BENCH_ARGS="--T 128 --kinds tree chain --methods fused_kernel --sweep --reps 60 --sets 4 --tag sweep" \
+  KERNELS_BENCH_ARGS="--T ${KA_SWEEP_T:-128} --kinds tree chain --methods fused_kernel --sweep --reps 60 --sets 4 --tag sweep" \
   bash scripts/gpu/kernels.sh
 KERNELS_TESTS=0 KERNELS_TAG=wide KERNELS_BENCH_TIMEOUT=${KA_WIDE:-30} \
   KERNELS_BENCH_ARGS="--T 128 --kinds wide --methods fused fused_kernel per_branch varlen --reps 100 --sets 8 --tag wide" \
