@@ -5,7 +5,8 @@
 #   1. the Triton GDN tests compiled at full size (correctness first);
 #   2. `weaver bench kernels` at T = 16..256, proposal trees and chains, every baseline;
 #   3. the fp32-input check (errors and kernel time) at T = 16..256;
-#   4. the launch-config sweep at T=128 (KA_SWEEP_T="128 256": more sizes; kernel only; cut at KA_SWEEP), 5. the anchor-like wide trees at T=128.
+#   4. the launch-config sweep at T=128 (KA_SWEEP_T="128 256": more sizes; kernel only; cut at KA_SWEEP),
+#   5. the anchor-like wide trees at T=128.
 # Each step is bounded (seconds: KA_TEST, KA_BENCH, KA_FP32, KA_SWEEP, KA_WIDE) so the call ends inside
 # 10 minutes. Everything lands in $OUT/kernels_all.tgz (the device returns at most 8 files) and the
 # markdown tables are printed last.
