@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import torch
 from triton_env import DEVICE  # sets TRITON_INTERPRET before triton loads
 
@@ -29,3 +33,16 @@ def test_launch_compiled_calls_the_op() -> None:
     assert calls == [True]
     want = torch.topk(x, 2, dim=1)
     assert torch.equal(values, want.values) and torch.equal(indices, want.indices)
+
+
+def test_kernels_run_after_dispatch_imported_torch_dynamo_first() -> None:
+    """weaver.ops.dispatch's torch.compile decorator imports torch._dynamo, which imports triton: the
+    interpreter switch (CPU) must already be set by then, or every kernel after it fails to launch."""
+    code = (
+        "import torch, weaver.ops.dispatch; from weaver.ops.triton.topk import small_topk; "
+        "x = torch.randn(2, 9, device='cuda' if torch.cuda.is_available() else 'cpu'); "
+        "v, i = small_topk(x, 3); assert torch.equal(v, torch.topk(x, 3).values)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -9,20 +9,16 @@
 
 Each function matches `weaver.ops.gdn` / `weaver.ops.conv` (a raw parents tensor works in place of the
 TreeStructure). Every kernel has a fixed launch configuration, so under `TRITON_INTERPRET=1` the CPU
-tests run them on CPU tensors; on a machine without CUDA that variable is set on import.
+tests run them on CPU tensors; on a machine without CUDA `weaver.ops` sets that variable on import.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 
 import torch
 
-# Without CUDA, Triton kernels can only run in its interpreter. @triton.jit reads TRITON_INTERPRET when a
-# kernel is decorated (triton's own helpers too), so set it before triton is imported; a preset value wins.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+# TRITON_INTERPRET (the interpreter on machines without CUDA) is set by the parent package, weaver.ops.
 
 __all__ = [
     "GDNTreeConfig",
