@@ -398,8 +398,7 @@ class WeaverAdapter(nn.Module):
         pool D (meaningless; the caller ignores them). One batched call, no host sync.
         """
         x, rows, pool = self._grow(state, slot, token, parent, depth)
-        logits = self.score_pool(x, state.pool_ids[rows, pool], state.pool_prior[rows, pool])  # [B, w, K]
-        return torch.log_softmax(logits, dim=-1)
+        return self._pool_logp(state, x, rows, pool)[0]
 
     @torch.no_grad()
     def step_top(
@@ -417,10 +416,16 @@ class WeaverAdapter(nn.Module):
                 state.pool_prior, pool.reshape(b * w), c,
             )
             return top_lp.view(b, w, c), top_tok.view(b, w, c)
-        ids = state.pool_ids[rows, pool]  # [B, w, K]
-        logp = torch.log_softmax(self.score_pool(x, ids, state.pool_prior[rows, pool]), dim=-1)
+        logp, ids = self._pool_logp(state, x, rows, pool)
         top_lp, top_ix = topk_last(logp, c)
         return top_lp, ids.gather(-1, top_ix)
+
+    def _pool_logp(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p_weaver over each node's pool [B, w, K] (torch path) and the pool's token ids [B, w, K]."""
+        ids = state.pool_ids[rows, pool]
+        return torch.log_softmax(self.score_pool(x, ids, state.pool_prior[rows, pool]), dim=-1), ids
 
     def _grow(
         self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor
@@ -445,12 +450,13 @@ class WeaverAdapter(nn.Module):
         state.visible[rows, slot] = seen
         # 2) the block(s): write each node's K/V into its slot, then attend
         x = self.node_rows(token, depth)  # [B, w, d_rank]
+        mask = seen if self.fused_kernels else seen[:, None]  # [B, w, P+S] (attend_nodes) or [B, 1, w, P+S]
+        attend = attend_nodes if self.fused_kernels else _attend
         for layer, block in enumerate(self.blocks):
             q, k, v = block.qkv(x)  # [B, H, w, hd]
             state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
             state.v[layer][rows, :, col] = v.transpose(1, 2)
-            attend = attend_nodes if self.fused_kernels else lambda q, k, v, m: _attend(q, k, v, m[:, None])
-            x = block.finish(x, attend(q, state.k[layer], state.v[layer], seen))
+            x = block.finish(x, attend(q, state.k[layer], state.v[layer], mask))
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
 
