@@ -358,6 +358,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "per_branch", "varlen", "snapshot", "chunk_chain"])  # fmt: skip
     parser.add_argument("--sweep", action="store_true", help="also time the fused kernel over configs")
     parser.add_argument("--sweep-T", type=int, nargs="+", default=None, help="sizes to sweep (default: all)")
+    parser.add_argument(
+        "--sweep-from", type=int, default=0, help="sweep only the default and SWEEP[i:] (newest candidates last)"
+    )
     parser.add_argument("--tag", default="", help="suffix of the result file names")
     parser.add_argument("--fp32-check", action="store_true", help="errors (and time) of fp32 inputs too")
     parser.add_argument("--out", default="benchmarks/results/kernels", help="directory for JSON + markdown")
@@ -468,7 +471,7 @@ def run(args: argparse.Namespace) -> int:
                 except Exception as e:
                     print(f"T={T} {kind} no-h0: {type(e).__name__}: {e}", flush=True)
                 base_cfg = default_config(T, SHAPE["V"], dtype)
-                for change in SWEEP:
+                for change in [SWEEP[0], *SWEEP[max(1, args.sweep_from) :]]:
                     cfg = base_cfg._replace(**change)
                     if cfg.BT > max(16, triton.next_power_of_2(T)):
                         continue
