@@ -252,5 +252,6 @@ def test_default_config_follows_the_h200_sweeps(monkeypatch) -> None:
     assert default_config(32, 128).BVP == 32
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
+    assert default_config(256, 128).solve_order == "left" and default_config(128, 128).solve_order == "right"
     monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")
     assert default_config(128, 128).BT == 32

@@ -555,14 +555,15 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | us | err "
-            "| norm err, fp32 o |",
-            "|" + "---:|" * 13,
+            "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | solve | split prep "
+            "| us | err | norm err, fp32 o |",
+            "|" + "---:|" * 15,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | {r['num_stages']} | "
-                f"{r['precision']} | {r['inv_precision']} | {r['prep_warps']} | {r['BVP']} | {f(r.get('us'))} "
+                f"{r['precision']} | {r['inv_precision']} | {r['prep_warps']} | {r['BVP']} | "
+                f"{r.get('solve_order', 'right')} | {r.get('split_prep', False)} | {f(r.get('us'))} "
                 f"| {f(r.get('err'), '{:.1e}')} | {f(r.get('norm_err_fp32_out'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"

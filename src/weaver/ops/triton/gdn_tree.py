@@ -62,9 +62,9 @@ class GDNTreeConfig(NamedTuple):
     # one prep launch per item kind (diagonal, pair, state) instead of one for all: the pair and state items
     # then run without the Neumann branch's registers (an idea for T=256, not yet timed on the H200)
     split_prep: bool = False
-    # block forward substitution: "right" keeps the residual of all T rows in registers (the v7 default);
-    # "left" holds one row tile and re-reads each Delta_j the program wrote (no spills at T=256, where "right"
-    # spills 464 B/thread on sm_90; not yet timed on the H200)
+    # block forward substitution: "right" keeps the residual of all T rows in registers; "left" holds one row
+    # tile and re-reads each Delta_j the program wrote (no spills at T=256, where "right" spills 464 B/thread
+    # on sm_90). H200 v8: left 98.8 vs right 110.6 us at T=256 (tree), 27.7 vs 27.1 at T=128
     solve_order: str = "right"
 
 
@@ -74,12 +74,14 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
+    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills).
     WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
     fp32 = dtype == torch.float32
     BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
     BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
-                         BVP=min(128, next_pow2(V)) if BT == 64 else 32)  # fmt: skip
+                         BVP=min(128, next_pow2(V)) if BT == 64 else 32,
+                         solve_order="left" if T > 128 else "right")  # fmt: skip
 
 
 def tile_rows(T: int, BT: int) -> int:
