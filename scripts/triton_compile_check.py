@@ -30,6 +30,7 @@ from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
 tk = importlib.import_module("weaver.ops.triton.topk")
 na = importlib.import_module("weaver.ops.triton.node_attention")
+dc = importlib.import_module("weaver.ops.triton.decode")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -116,6 +117,27 @@ def check_node_attention() -> list[str]:
     return out
 
 
+def check_adapter_gemv() -> list[str]:
+    """The decode GEMV with the Weaver adapter's options (bf16; the MLP's three launches at d_rank 512, MLP 1024),
+    with gemv_config's block sizes for 4 rows."""
+    out = []
+    cases = (("o+res", 512, 512, dict(RESIDUAL=True)),
+             ("norm+fc1+gelu", 1024, 512, dict(NORM=True, NORM_FP32=True, NORM_BIAS=True, BIAS=True, GELU=True)),
+             ("fc2+bias+res", 512, 1024, dict(RESIDUAL=True, BIAS=True)))  # fmt: skip
+    for name, n, k, flags in cases:
+        block_n, block_k, warps = dc.gemv_config(n, k, 4, torch.device("cuda"))
+        ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
+        args = {p: "*bf16" for p in ptrs}
+        args.update(K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32", stride_rm="i32",
+                    stride_om="i32")  # fmt: skip
+        const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
+                     GELU=False, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
+        const.update(flags)
+        kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
+        out.append(report(f"adapter gemv {name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -130,6 +152,7 @@ def main() -> None:
     parser.add_argument("--left-solve", action="store_true", help="also the left-looking solve")
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
+    parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
     args = parser.parse_args()
     print("triton", triton.__version__)
     if args.topk:
@@ -137,6 +160,9 @@ def main() -> None:
             print(line, flush=True)
     if args.node_attention:
         for line in check_node_attention():
+            print(line, flush=True)
+    if args.adapter_gemv:
+        for line in check_adapter_gemv():
             print(line, flush=True)
     for T in args.T:
         for dtype in args.dtype:

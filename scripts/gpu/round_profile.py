@@ -54,13 +54,16 @@ def kernels(fn, reps: int) -> collections.Counter:
     return {name: (count[name] / reps, time_us[name] / reps) for name in count}
 
 
+TOP = {"*": 8}  # kernels listed per stage; --top-build raises the build stage's
+
+
 def summarise(label: str, fn, reps: int, rows: list, top: dict) -> None:
     ms = statistics.median(event_ms(fn, reps))
     ks = kernels(fn, max(3, reps // 4))
     launches = sum(c for c, _ in ks.values())
     busy_ms = sum(t for _, t in ks.values()) / 1e3
     rows.append((label, ms, launches, busy_ms))
-    top[label] = sorted(ks.items(), key=lambda kv: -kv[1][1])[:8]
+    top[label] = sorted(ks.items(), key=lambda kv: -kv[1][1])[: TOP.get(label, TOP["*"])]
 
 
 def profile_method(llm, method: str, budget: int, reps: int) -> None:
@@ -103,7 +106,9 @@ def main() -> int:
     parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--model", default="smollm2-shape")
+    parser.add_argument("--top-build", type=int, default=8, help="kernels listed for the build stage")
     args = parser.parse_args()
+    TOP["build"] = args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
                                  drafter="random:3", adapter="random:512")
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)

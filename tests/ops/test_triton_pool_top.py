@@ -43,7 +43,7 @@ def _torch_path(adapter, y, pool_ids, pool_prior, pool, c):
     ids = pool_ids[rows, pool]
     logp = torch.log_softmax(adapter.score_pool(y, ids, pool_prior[rows, pool]), dim=-1)
     top_lp, top_ix = torch.topk(logp, c, dim=-1)
-    return logp, top_lp, ids.gather(-1, top_ix)
+    return logp, top_lp, ids.gather(-1, top_ix), top_ix
 
 
 @settings(max_examples=8 if FULL else 20, deadline=None)
@@ -63,9 +63,9 @@ def test_pool_top_matches_the_adapter_torch_path(b, w, d, k, depth, dtype, bias,
     c = data.draw(st.integers(1, min(k, 8)))
     adapter, y, pool_ids, pool_prior, pool = _case(b, w, d, k, depth, vocab, dtype, bias, seed)
     norm = adapter.out_norm
-    got_lp, got_tok = pool_top(y.reshape(b * w, d), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head,
+    got_lp, got_tok, got_ix = pool_top(y.reshape(b * w, d), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head,
                                pool_ids, pool_prior, pool.reshape(-1), c)
-    logp, want_lp, want_tok = _torch_path(adapter, y, pool_ids, pool_prior, pool, c)
+    logp, want_lp, want_tok, want_ix = _torch_path(adapter, y, pool_ids, pool_prior, pool, c)
     assert got_lp.dtype == torch.float32 and got_tok.dtype == torch.int64
     assert_close("top log p", want_lp.reshape(b * w, c), got_lp, TOL[dtype])
     # tokens: equal wherever the torch path's top-c is not within the tolerance of a tie
@@ -73,6 +73,9 @@ def test_pool_top_matches_the_adapter_torch_path(b, w, d, k, depth, dtype, bias,
     gaps = (lp_sorted[:, :c] - lp_sorted[:, 1 : c + 1]).abs() if c < k else lp_sorted[:, :c] * 0 + 1
     clear = (gaps > 10 * TOL[dtype]).cumprod(dim=-1).bool()
     assert torch.equal(got_tok.cpu()[clear], want_tok.reshape(b * w, c).cpu()[clear])
+    assert torch.equal(got_ix.cpu()[clear], want_ix.reshape(b * w, c).cpu()[clear])
+    rows = torch.arange(b * w)[:, None] // w  # the indices name the tokens: pool_ids[b, pool, ix] = tok
+    assert torch.equal(pool_ids.cpu()[rows, pool.reshape(-1).cpu()[:, None], got_ix.cpu()], got_tok.cpu())
 
 
 def test_step_top_equals_step_then_top_c():
@@ -83,12 +86,13 @@ def test_step_top_equals_step_then_top_c():
     slot, token, parent, depth = (torch.tensor(v, device=DEVICE) for v in
                                   ([[0, 1, 2]], [[5, 6, 7]], [[-1, 0, 0]], [[0, 1, 2]]))
     states = [adapter.begin_round(*hidden, pool_ids, pool_prior, capacity=6) for _ in range(2)]
-    top_lp, top_tok = adapter.step_top(states[0], slot, token, parent, depth, c=4)
+    top_lp, top_tok, top_cand = adapter.step_top(states[0], slot, token, parent, depth, c=4)
     logp = adapter.step(states[1], slot, token, parent, depth)
     want_lp, want_ix = torch.topk(logp, 4, dim=-1)
     pool = depth.clamp(max=2)
     assert torch.equal(top_lp, want_lp)
     assert torch.equal(top_tok, pool_ids[0, pool[0]].gather(-1, want_ix[0])[None])
+    assert torch.equal(top_cand, 1 + pool[..., None] * pool_ids.shape[2] + want_ix)  # candidate-table rows
     assert torch.equal(states[0].k, states[1].k) and torch.equal(states[0].visible, states[1].visible)
 
 

@@ -56,6 +56,7 @@ def assert_same_tree(host: DraftTree, dev: DraftTree, what: str) -> None:
 def weaver_args(batch: int, depth: int, max_depth: int, pool: int, seed: int) -> tuple[tuple, dict]:
     inp = make_inputs(batch, depth, VOCAB, seed=seed)
     ad = bound(make_adapter(VOCAB, max_depth=max_depth, pool=pool, seed=seed), inp)
+    ad.candidate_table = seed % 2 == 0  # half the cases gather node rows from the candidate table (CUDA's path)
     kw = {"adapter": ad, "target_hidden": inp["target_hidden"], "draft_hidden": inp["draft_hidden"]}
     return (inp["root"], inp["marginals"]), kw
 
@@ -224,6 +225,7 @@ def test_ddtree_device_equals_host_with_masked_tokens() -> None:
 def _meta_weaver_inputs(batch: int, depth: int, max_depth: int, pool: int) -> tuple[tuple, dict]:
     meta = torch.device("meta")
     ad = make_adapter(VOCAB, max_depth=max_depth, pool=pool).to(meta)
+    ad.candidate_table = True  # the CUDA path: node rows gathered from the table
     ad.bind(torch.empty(VOCAB, HT, device=meta), torch.empty(VOCAB, HT, device=meta))
     kw = {
         "adapter": ad,
@@ -268,3 +270,15 @@ def test_device_builders_build_no_tensor_from_host_data(module) -> None:
 def test_registry_names() -> None:
     assert get_builder("ddtree") is build_ddtree_device and get_builder("ddtree_host") is build_ddtree
     assert get_builder("weaver") is build_weaver_device and get_builder("weaver_host") is build_weaver
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_weaver_trees_are_the_same_with_and_without_the_candidate_table(seed) -> None:
+    """Gathering node rows from the candidate table changes no tree (host and device builders)."""
+    args, kw = weaver_args(2, 5, 4, 7, seed)
+    trees = []
+    for table in (False, True):
+        kw["adapter"].candidate_table = table
+        trees += [build_weaver(*args, 32, w=4, c=3, **kw), build_weaver_device(*args, 32, w=4, c=3, **kw)]
+    for tree, what in zip(trees[1:], ("device", "host + table", "device + table")):
+        assert_same_tree(trees[0], tree, what)

@@ -438,3 +438,42 @@ def test_small_universe_is_padded_and_edge_cases(build) -> None:
         get_builder("weaver")(inp["root"], inp["marginals"], 4)
     with pytest.raises(ValueError, match="w, c and pool_size"):
         build(inp["root"], inp["marginals"], 4, c=0, **kw)
+
+
+def test_candidate_table_step_equals_computed_rows(monkeypatch) -> None:
+    """A step that gathers its nodes' rows from the candidate table (`cand`) scores, writes K/V and returns
+    children exactly like one that computes them; above CANDIDATE_TABLE_MAX_BYTES there is no table and
+    `cand` is ignored."""
+    import weaver.spec.weaver as weaver_module
+
+    vocab, depth, k = 13, 3, 4
+    inp = make_inputs(2, depth, vocab, seed=6)
+    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2), inp)
+    ad.candidate_table = True  # off CUDA it is off by default
+    prior, ids = torch.topk(inp["marginals"], k, dim=-1)
+    args = (inp["target_hidden"], inp["draft_hidden"], ids, prior)
+    table = ad.begin_round(*args, capacity=8, root=inp["root"])
+    plain = ad.begin_round(*args, capacity=8)
+    assert table.cand_x.shape == (2, 1 + depth * k, 16) and table.cand_qkv.shape == (2, 1 + depth * k, 48)
+    assert plain.cand_x is None
+    # step 1: the roots; step 2: children picked from pools 0 and 1 by their candidate rows
+    lp, tok, cand = ad.step_top(table, torch.tensor([[0], [0]]), inp["root"][:, None], torch.tensor([[-1], [-1]]),
+                                torch.zeros(2, 1, dtype=torch.long), 3, torch.zeros(2, 1, dtype=torch.long))
+    lp_plain, tok_plain, cand_plain = ad.step_top(plain, torch.tensor([[0], [0]]), inp["root"][:, None],
+                                                  torch.tensor([[-1], [-1]]), torch.zeros(2, 1, dtype=torch.long), 3)
+    assert_close("root children", lp_plain, lp, 1e-6)
+    assert torch.equal(tok, tok_plain) and torch.equal(cand, cand_plain)
+    assert torch.equal(ids.flatten(1).gather(1, cand[:, 0] - 1), tok[:, 0])  # row 1 + j of pool 0 is ids[:, 0, j]
+    slot, parent, dep = torch.tensor([[1, 2], [1, 2]]), torch.zeros(2, 2, dtype=torch.long), torch.ones(2, 2).long()
+    got = ad.step(table, slot, tok[:, 0, :2], parent, dep, cand[:, 0, :2])
+    want = ad.step(plain, slot, tok[:, 0, :2], parent, dep)
+    assert_close("depth-1 nodes", want, got, 1e-6)
+    assert_close("K/V", plain.k, table.k, 1e-6)
+    assert torch.equal(plain.visible, table.visible)
+    with pytest.raises(ValueError, match="cand must be"):
+        ad.step(table, slot, tok[:, 0, :2], parent, dep, cand[:, 0])
+    ad.candidate_table = None  # auto: CUDA only
+    assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
+    ad.candidate_table = True
+    monkeypatch.setattr(weaver_module, "CANDIDATE_TABLE_MAX_BYTES", 0)
+    assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None

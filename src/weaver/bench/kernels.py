@@ -555,8 +555,8 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "",
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
-            "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | solve | split prep "
-            "| us | err | norm err, fp32 o |",
+            "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | solve "
+            "| split prep | us | err | norm err, fp32 o |",
             "|" + "---:|" * 15,
         ]
         for r in sweep_rows:

@@ -28,7 +28,7 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @torch.library.custom_op("weaver::node_attention", mutates_args=())
 def node_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`weaver.ops.triton.node_attention.node_attention` as a custom op: q [B, H, W, D], k/v [B, H, S, D],
-    mask [B, W, S] bool -> out [B, H, W, D] contiguous, q's dtype."""
+    mask [B, W, S] bool -> out [B, H, W, D] (a view of a contiguous [B, W, H, D]), q's dtype."""
     from weaver.ops.triton.node_attention import node_attention
 
     return node_attention(q, k, v, mask)
@@ -36,7 +36,8 @@ def node_attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: t
 
 @node_attention_op.register_fake
 def _node_attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return q.new_empty(q.shape)  # contiguous, q's dtype and device
+    b, h, w, d = q.shape
+    return q.new_empty(b, w, h, d).transpose(1, 2)  # the kernel's token-major layout, q's dtype and device
 
 
 def _kernel_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> bool:
@@ -66,8 +67,9 @@ def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     k, v [B, H, S, D]; mask [B, W, S] bool, True = attend, at least one True a row -> [B, H, W, D].
 
     The Triton kernel for CUDA bf16/fp16/fp32 inputs with W <= NODE_ATTENTION_MAX_W and D <= 256 when triton
-    is installed (output contiguous), else SDPA itself. The kernel rounds the probabilities to the input
-    dtype before the value product, as flash attention does; fp32 inputs are exact fp32 FMAs throughout.
+    is installed (output token-major: a view of [B, W, H, D]), else SDPA itself. The kernel rounds the
+    probabilities to the input dtype before the value product, as flash attention does; fp32 inputs are exact
+    fp32 FMAs throughout.
     """
     if _kernel_fits(q, k, v, mask) and triton_ready():
         return launch(node_attention_op, "weaver.ops.triton.node_attention", "node_attention", q, k, v, mask)

@@ -30,6 +30,14 @@ have none. Parameter names follow the authors' checkpoint so it can be converted
 
 Two paths share the weights: `begin_round` + `step` grow a tree (static shapes, one batched call per
 expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (training, tests).
+
+Candidate table. A tree node's input row e_n depends only on its token and depth, and a node at depth t+1
+is always a candidate of pool t: so `begin_round(..., root=)` computes e_n and the first block's q/k/v for
+the root and all D*K pool candidates at once (two GEMMs over D*K rows, off the step's critical path), and
+a step given each node's candidate index (`cand`: 0 = the root, 1 + t*K + j = pool t's j-th candidate)
+gathers them instead of running embedding, norms and two GEMMs per call; `step_top` hands back the
+children's candidate indices. Without `root`, above CANDIDATE_TABLE_MAX_BYTES or off CUDA (unless
+`candidate_table` is set) the step computes them.
 """
 
 from __future__ import annotations
@@ -54,6 +62,7 @@ from weaver.models.checkpoint import (
     write_checkpoint,
 )
 from weaver.models.config import ModelConfig
+from weaver.ops.adapter_finish import fused_finish, fused_finish_ready
 from weaver.ops.node_attention import attend_nodes
 from weaver.ops.pool_top import fused_pool_top, fused_pool_top_ready
 from weaver.ops.topk import topk_last
@@ -62,6 +71,7 @@ __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "Weaver
 
 CONFIG_NAME = "config.json"
 MODEL_TYPE = "weaver_adapter"
+CANDIDATE_TABLE_MAX_BYTES = 1 << 28  # per round: B (1 + D K) rows of e_n and q/k/v (SmolLM2 shapes: 31 MB a row)
 
 
 @dataclass
@@ -130,9 +140,12 @@ class WeaverBlock(nn.Module):
 
     def qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """x [B, T, d_rank] -> q, k, v, each [B, H, T, head_dim]."""
-        b, t, _ = x.shape
-        qkv = self.qkv_proj(self.norm_attn(x)).view(b, t, 3, self.num_heads, self.head_dim)
-        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        return self.split_heads(self.qkv_proj(self.norm_attn(x)))
+
+    def split_heads(self, qkv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """qkv_proj's output [B, T, 3 d_rank] -> q, k, v, each [B, H, T, head_dim] (views)."""
+        b, t, _ = qkv.shape
+        q, k, v = qkv.view(b, t, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         return q, k, v
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
@@ -157,6 +170,10 @@ class WeaverRound:
     pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
 
     prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
+    # the candidate table (module docstring): e_n [B, 1 + D K, d_rank] and the first block's q/k/v
+    # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None
+    cand_x: torch.Tensor | None = None
+    cand_qkv: torch.Tensor | None = None
 
     @property
     def prefix_len(self) -> int:
@@ -177,9 +194,12 @@ class WeaverAdapter(nn.Module):
     def __init__(self, config: WeaverConfig) -> None:
         super().__init__()
         self.config = cfg = config
-        # the fused Triton step kernels on CUDA (node attention, scoring tail): opt-in until their compiled
-        # tests and the round profile have run on the H200 (scripts/gpu/adapter_check.sh); torch otherwise
-        self.fused_kernels = os.environ.get("WEAVER_FUSED_ADAPTER", "0") == "1"
+        # the fused Triton step kernels on CUDA (node attention, MLP GEMVs, scoring tail); torch elsewhere.
+        # H200 v9 (benchmarks/results/rounds/h200_v9): weaver round 2.555 -> 2.215 ms. WEAVER_FUSED_ADAPTER=0: off
+        self.fused_kernels = os.environ.get("WEAVER_FUSED_ADAPTER", "1") == "1"
+        # the candidate table: None = on CUDA only (on a CPU the D*K rows cost more than the steps they save);
+        # WEAVER_CANDIDATE_TABLE=1 / 0 forces it on / off
+        self.candidate_table: bool | None = {"1": True, "0": False}.get(os.environ.get("WEAVER_CANDIDATE_TABLE", ""))
         ht, d = cfg.target_hidden, cfg.d_rank
         self.output_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on h_tgt and h_1..h_D
         self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
@@ -357,8 +377,10 @@ class WeaverAdapter(nn.Module):
         pool_ids: torch.Tensor,  # [B, D, K] long: top-K candidates per depth
         pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
         capacity: int,  # S: node slots to preallocate (a builder: budget + 1 nodes + spare slots)
+        root: torch.Tensor | None = None,  # [B] long: the roots' tokens, to build the candidate table
     ) -> WeaverRound:
-        """Run the prefix through the block(s) and allocate the round's static buffers."""
+        """Run the prefix through the block(s), allocate the round's static buffers and, given the roots
+        (and within CANDIDATE_TABLE_MAX_BYTES), fill the candidate table."""
         self._check_bound()
         self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
         if capacity < 1:
@@ -377,10 +399,21 @@ class WeaverAdapter(nn.Module):
             k_buf[layer, :, :, :p], v_buf[layer, :, :, :p] = k, v
             if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
                 x = block.finish(x, _attend(q, k, v, causal.expand(b, 1, p, p)))
-        return WeaverRound(
+        state = WeaverRound(
             k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
             prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
         )
+        rows = 1 + pool_ids.shape[1] * pool_ids.shape[2]
+        wanted = ref.is_cuda if self.candidate_table is None else self.candidate_table
+        if root is not None and wanted and b * rows * 4 * cfg.d_rank * ref.element_size() <= CANDIDATE_TABLE_MAX_BYTES:
+            if root.shape != (b,):
+                raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
+            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1)], dim=1)  # [B, rows]
+            depth = torch.arange(rows, device=ref.device).sub(1).div(pool_ids.shape[2], rounding_mode="floor") + 1
+            state.cand_x = self.node_rows(tokens, depth.clamp(min=0).expand(b, rows))  # row 0: depth 0
+            first = self.blocks[0]
+            state.cand_qkv = first.qkv_proj(first.norm_attn(state.cand_x))
+        return state
 
     @torch.no_grad()
     def step(
@@ -390,35 +423,39 @@ class WeaverAdapter(nn.Module):
         token: torch.Tensor,  # [B, w] long: the nodes' tokens
         parent: torch.Tensor,  # [B, w] long: slot of each node's parent (already written), -1 for a root
         depth: torch.Tensor,  # [B, w] long: the nodes' depths (root 0)
+        cand: torch.Tensor | None = None,  # [B, w] long: candidate-table rows of the nodes (module docstring)
     ) -> torch.Tensor:
         """Add w nodes per row and score their children: log p_weaver over the depth+1 pool, [B, w, K].
 
         Each node attends to the prefix, its ancestors (the chain of `parent` slots, written by earlier
         calls) and itself; its K/V are stored in its slot for its descendants. Nodes at depth >= D score
-        pool D (meaningless; the caller ignores them). One batched call, no host sync.
+        pool D (meaningless; the caller ignores them). One batched call, no host sync. With `cand` and a
+        candidate table the nodes' input rows and first q/k/v are gathered (same values, fewer kernels).
         """
-        x, rows, pool = self._grow(state, slot, token, parent, depth)
+        x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
         return self._pool_logp(state, x, rows, pool)[0]
 
     @torch.no_grad()
     def step_top(
         self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor,
-        depth: torch.Tensor, c: int,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """`step`, keeping each node's best c children: log-probs [B, w, c] fp32 (descending) and their token
-        ids [B, w, c]. On CUDA the scoring tail is two fused Triton launches (`weaver.ops.pool_top`)."""
-        x, rows, pool = self._grow(state, slot, token, parent, depth)
+        depth: torch.Tensor, c: int, cand: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`step`, keeping each node's best c children: log-probs [B, w, c] fp32 (descending), their token ids
+        and their candidate-table rows [B, w, c]. On CUDA the scoring tail is two fused Triton launches
+        (`weaver.ops.pool_top`)."""
+        x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
         b, w = pool.shape
+        first = 1 + pool[..., None] * state.pool_ids.shape[2]  # [B, w, 1] table row of each pool's candidate 0
         if self.fused_kernels and fused_pool_top_ready(x):
             norm = self.out_norm
-            top_lp, top_tok = fused_pool_top(
+            top_lp, top_tok, top_ix = fused_pool_top(
                 x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
                 state.pool_prior, pool.reshape(b * w), c,
             )
-            return top_lp.view(b, w, c), top_tok.view(b, w, c)
+            return top_lp.view(b, w, c), top_tok.view(b, w, c), first + top_ix.view(b, w, c)
         logp, ids = self._pool_logp(state, x, rows, pool)
         top_lp, top_ix = topk_last(logp, c)
-        return top_lp, ids.gather(-1, top_ix)
+        return top_lp, ids.gather(-1, top_ix), first + top_ix
 
     def _pool_logp(
         self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor
@@ -428,7 +465,8 @@ class WeaverAdapter(nn.Module):
         return torch.log_softmax(self.score_pool(x, ids, state.pool_prior[rows, pool]), dim=-1), ids
 
     def _grow(
-        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor
+        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor,
+        cand: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The block(s) over w new nodes per row (K/V written to their slots): outputs [B, w, d_rank], the
         batch-row index [B, w] and each node's pool row [B, w] (depth + 1, clamped to the last pool)."""
@@ -449,14 +487,26 @@ class WeaverAdapter(nn.Module):
         seen = seen.scatter(2, col[..., None], True)
         state.visible[rows, slot] = seen
         # 2) the block(s): write each node's K/V into its slot, then attend
-        x = self.node_rows(token, depth)  # [B, w, d_rank]
+        table = cand is not None and state.cand_x is not None
+        if cand is not None and cand.shape != (b, w):
+            raise ValueError(f"cand must be [B, w] = {(b, w)}, got {tuple(cand.shape)}")
+        if table:
+            cand = cand.to(dev).long()
+            x = state.cand_x[rows, cand]  # [B, w, d_rank]
+        else:
+            x = self.node_rows(token, depth)  # [B, w, d_rank]
+        fused = self.fused_kernels and fused_finish_ready(x)
         mask = seen if self.fused_kernels else seen[:, None]  # [B, w, P+S] (attend_nodes) or [B, 1, w, P+S]
         attend = attend_nodes if self.fused_kernels else _attend
         for layer, block in enumerate(self.blocks):
-            q, k, v = block.qkv(x)  # [B, H, w, hd]
+            q, k, v = block.split_heads(state.cand_qkv[rows, cand]) if table and layer == 0 else block.qkv(x)
             state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
             state.v[layer][rows, :, col] = v.transpose(1, 2)
-            x = block.finish(x, attend(q, state.k[layer], state.v[layer], mask))
+            attn = attend(q, state.k[layer], state.v[layer], mask)  # [B, H, w, hd]
+            if fused:  # three Triton GEMVs; attend_nodes' token-major output makes the reshape free
+                x = fused_finish(block, x.reshape(b * w, -1), attn.transpose(1, 2).reshape(b * w, -1)).view(b, w, -1)
+            else:
+                x = block.finish(x, attn)
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
 

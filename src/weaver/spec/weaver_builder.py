@@ -40,10 +40,12 @@ from weaver.spec.weaver import WeaverAdapter, WeaverRound
 
 __all__ = ["WeaverPlan", "build_weaver", "plan_weaver", "weaver_tree_size"]
 
-# A frontier entry: (-score, tie-break counter, parent node, token, log p under the parent, depth)
-_Entry = tuple[float, int, int, int, float, int]
-# A node handed to the adapter: (entry index in its row's w-block, node id, token, parent node, depth)
-_Job = tuple[int, int, int, int, int]
+# A frontier entry: (-score, tie-break counter, parent node, token, log p under the parent, depth,
+# candidate-table row)
+_Entry = tuple[float, int, int, int, float, int, int]
+# A node handed to the adapter: (entry index in its row's w-block, node id, token, parent node, depth,
+# candidate-table row)
+_Job = tuple[int, int, int, int, int, int]
 
 
 def weaver_tree_size(budget: int, depth: int, c: int) -> int:
@@ -64,10 +66,13 @@ class WeaverPlan:
     width: int  # w: nodes expanded per adapter call
     n: int  # N: output nodes per row, root included
 
-    def begin(self, marginals_logits: torch.Tensor) -> WeaverRound:
-        """Pools (top-K of the drafter's logits per depth, raw logits as prior) and the adapter's prefix pass."""
+    def begin(self, marginals_logits: torch.Tensor, root: torch.Tensor) -> WeaverRound:
+        """Pools (top-K of the drafter's logits per depth, raw logits as prior), the adapter's prefix pass and
+        its candidate table."""
         prior, ids = torch.topk(marginals_logits[:, : self.depth].float(), self.k, dim=-1)  # [B, D', K] each
-        return self.adapter.begin_round(self.target_hidden, self.draft_hidden, ids, prior, self.n + self.width)
+        return self.adapter.begin_round(
+            self.target_hidden, self.draft_hidden, ids, prior, self.n + self.width, root=root
+        )
 
 
 def plan_weaver(
@@ -117,23 +122,25 @@ def _expand(
     width: int,
     num_nodes: int,
     c: int,
-) -> tuple[list[list[list[float]]], list[list[list[int]]]]:
-    """One batched adapter step for `jobs`; returns each job's top-c children (log p [B][w][c], tokens)."""
+) -> tuple[list[list[list[float]]], list[list[list[int]]], list[list[list[int]]]]:
+    """One batched adapter step for `jobs`; returns each job's top-c children (log p [B][w][c], tokens,
+    candidate-table rows)."""
     batch = len(jobs)
-    host = torch.empty(4, batch, width, dtype=torch.long)  # slot, token, parent, depth
+    host = torch.empty(5, batch, width, dtype=torch.long)  # slot, token, parent, depth, candidate row
     host[0] = num_nodes + torch.arange(width)  # scratch slots for padding entries
-    host[1], host[2], host[3] = 0, -1, 0
+    host[1], host[2], host[3], host[4] = 0, -1, 0, 0
     for b, row in enumerate(jobs):
-        for i, node, token, parent, depth in row:
-            host[:, b, i] = torch.tensor([node, token, parent, depth])
+        for i, node, token, parent, depth, cand in row:
+            host[:, b, i] = torch.tensor([node, token, parent, depth, cand])
     dev = host.to(state.visible.device)
-    logp = adapter.step(state, dev[0], dev[1], dev[2], dev[3])  # [B, w, K]
+    logp = adapter.step(state, dev[0], dev[1], dev[2], dev[3], dev[4])  # [B, w, K]
     top_lp, top_ix = torch.topk(logp, c, dim=-1)  # [B, w, c]
     rows = torch.arange(batch, device=dev.device)[:, None]
-    pool_ids = state.pool_ids[rows, dev[3].clamp(max=state.depth - 1)]  # [B, w, K]
-    child = pool_ids.gather(-1, top_ix.to(pool_ids.device))  # [B, w, c]
-    out = torch.stack([top_lp.double(), child.double().to(top_lp.device)]).cpu()  # one transfer
-    return out[0].tolist(), out[1].long().tolist()
+    pool = dev[3].clamp(max=state.depth - 1)  # [B, w]
+    child = state.pool_ids[rows, pool].gather(-1, top_ix.to(dev.device))  # [B, w, c]
+    cand = 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix.to(dev.device)
+    out = torch.stack([top_lp.double(), child.double().to(top_lp.device), cand.double().to(top_lp.device)]).cpu()
+    return out[0].tolist(), out[1].long().tolist(), out[2].long().tolist()  # one transfer
 
 
 @register_builder("weaver_host")
@@ -164,7 +171,7 @@ def build_weaver(
 
     # 1) pools and the round's prefix: top-K of the drafter's logits per depth, raw logits as the prior
     adapter = plan.adapter
-    state = plan.begin(marginals_logits)
+    state = plan.begin(marginals_logits, root)
 
     # 2) best-first growth on the host; node i of row b sits in adapter slot i
     nodes: list[list[tuple[int, int, int, float]]] = [[] for _ in range(B)]  # (token, parent, depth, log p)
@@ -174,15 +181,16 @@ def build_weaver(
 
     def push(jobs: list[list[_Job]]) -> None:
         nonlocal counter
-        logp, child = _expand(adapter, state, jobs, width, n, c)
+        logp, child, cands = _expand(adapter, state, jobs, width, n, c)
         for b, row in enumerate(jobs):
-            for i, node, _, _, node_depth in row:
-                for lp, tok in zip(logp[b][i], child[b][i]):
+            for i, node, _, _, node_depth, _ in row:
+                for lp, tok, cand in zip(logp[b][i], child[b][i], cands[b][i]):
                     if lp > float("-inf"):
                         counter += 1
-                        heapq.heappush(heaps[b], (-(score[b][node] + lp), counter, node, tok, lp, node_depth + 1))
+                        entry = (-(score[b][node] + lp), counter, node, tok, lp, node_depth + 1, cand)
+                        heapq.heappush(heaps[b], entry)
 
-    push([[(0, 0, int(tok), -1, 0)] for tok in root.tolist()])
+    push([[(0, 0, int(tok), -1, 0, 0)] for tok in root.tolist()])
     while True:
         jobs: list[list[_Job]] = [[] for _ in range(B)]
         popped = False
@@ -191,10 +199,10 @@ def build_weaver(
             for _ in range(min(width, budget - len(nodes[b]))):
                 if not heaps[b]:
                     break
-                neg, _, parent, tok, lp, d = heapq.heappop(heaps[b])
+                neg, _, parent, tok, lp, d, cand = heapq.heappop(heaps[b])
                 nodes[b].append((tok, parent, d, lp))
                 score[b].append(-neg)
-                picks.append((len(nodes[b]), tok, parent, d))
+                picks.append((len(nodes[b]), tok, parent, d, cand))
             popped |= bool(picks)
             if len(nodes[b]) < budget:  # children of the last pops of a full row are never needed
                 jobs[b] = [(i, *pick) for i, pick in enumerate(picks) if pick[3] < depth]

@@ -1,8 +1,8 @@
 """The `weaver` builder on the device: the host best-first search (`weaver_host`) as tensor ops, sync-free.
 
 Same search, same tree, no host work per node: a speculative round can be captured in one CUDA graph.
-Per row the frontier is a fixed tensor [B, F] (score, parent node, token, log p, depth; score -inf =
-empty), with F = max(N * c, w): the children of node i live in columns i*c .. i*c + c - 1 (a node is
+Per row the frontier is a fixed tensor [B, F] (score, parent node, token, log p, depth, candidate-table
+row; score -inf = empty), with F = max(N * c, w): the children of node i live in columns i*c .. i*c + c - 1 (a node is
 expanded at most once, so a column is written once). One pop round:
 
     take the best w frontier entries (topk_last, sorted), keep the first min(w, budget - count) finite
@@ -75,13 +75,13 @@ def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
 
 
 class _Frontier:
-    """Per-row frontier of candidate children: score [B, F + 1] float64 (-inf = empty), item [B, F + 1, 3]
-    (parent node, token, depth), logp [B, F + 1]. Column F is a sink for entries that are not pushed: it
-    holds junk, and `pop` only ever looks at columns 0 .. F - 1."""
+    """Per-row frontier of candidate children: score [B, F + 1] float64 (-inf = empty), item [B, F + 1, 4]
+    (parent node, token, depth, candidate-table row), logp [B, F + 1]. Column F is a sink for entries that
+    are not pushed: it holds junk, and `pop` only ever looks at columns 0 .. F - 1."""
 
     def __init__(self, batch: int, size: int, width: int, c: int, device: torch.device) -> None:
         self.score = torch.full((batch, size + 1), _NEG_INF, dtype=torch.float64, device=device)
-        self.item = torch.zeros(batch, size + 1, 3, dtype=torch.long, device=device)
+        self.item = torch.zeros(batch, size + 1, 4, dtype=torch.long, device=device)
         self.logp = torch.zeros(batch, size + 1, dtype=torch.float32, device=device)
         self.sink = size
         self.lane = torch.arange(width, device=device)  # [w]
@@ -90,12 +90,12 @@ class _Frontier:
     def pop(self, room: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The best w entries per row, of which the first `room` [B] finite ones are taken (and emptied).
 
-        Returns take [B, w] bool (a prefix of each row), score [B, w], item [B, w, 3], log p [B, w].
+        Returns take [B, w] bool (a prefix of each row), score [B, w], item [B, w, 4], log p [B, w].
         """
         score, col = topk_last(self.score[:, : self.sink], self.lane.shape[0])  # [B, w], descending
         take = (score > _NEG_INF) & (self.lane < room[:, None])  # [B, w]
         self.score.scatter_(1, col, torch.where(take, _NEG_INF, score))
-        item = self.item.gather(1, col[..., None].expand(-1, -1, 3))
+        item = self.item.gather(1, col[..., None].expand(-1, -1, 4))
         return take, score, item, self.logp.gather(1, col)
 
     def push(
@@ -106,14 +106,15 @@ class _Frontier:
         score: torch.Tensor,  # [B, w, c] float64 child scores (-inf = dropped)
         token: torch.Tensor,  # [B, w, c]
         logp: torch.Tensor,  # [B, w, c] float32
+        cand: torch.Tensor,  # [B, w, c] candidate-table rows
     ) -> None:
         """Write each grown node's children into its own columns node*c .. node*c + c - 1."""
         b, w, c = score.shape
         keep = grow[..., None] & (score > _NEG_INF)  # [B, w, c]
         col = torch.where(keep, node[..., None] * c + self.child, self.sink).view(b, w * c)
-        item = torch.stack([node[..., None].expand(b, w, c), token, depth[..., None].expand(b, w, c)], dim=-1)
+        item = torch.stack([node[..., None].expand(b, w, c), token, depth[..., None].expand(b, w, c), cand], dim=-1)
         self.score.scatter_(1, col, score.view(b, w * c))  # dropped entries land in the sink, which pop never reads
-        self.item.scatter_(1, col[..., None].expand(b, w * c, 3), item.view(b, w * c, 3))
+        self.item.scatter_(1, col[..., None].expand(b, w * c, 4), item.view(b, w * c, 4))
         self.logp.scatter_(1, col, logp.reshape(b, w * c))
 
 
@@ -122,18 +123,21 @@ def _children(
     state: WeaverRound,
     node: torch.Tensor,  # [B, w] node ids (= adapter slots)
     grow: torch.Tensor,  # [B, w] bool: entries that are real nodes to score
-    item: torch.Tensor,  # [B, w, 3] parent, token, depth of each node
+    item: torch.Tensor,  # [B, w, 4] parent, token, depth, candidate-table row of each node
     score: torch.Tensor,  # [B, w] float64 cumulative score of each node
     scratch: torch.Tensor,  # [w] slots N .. N + w - 1
     c: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One batched adapter step; each grown node's top-c children: score (float64), token, log p, [B, w, c].
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One batched adapter step; each grown node's top-c children: score (float64), token, log p,
+    candidate-table row, [B, w, c].
 
-    Entries that do not grow are padded like the host does: a scratch slot, token 0, no parent, depth 0.
+    Entries that do not grow are padded like the host does: a scratch slot, token 0, no parent, depth 0
+    (candidate row 0).
     """
-    parent, token, depth = (torch.where(grow, t, pad) for t, pad in zip(item.unbind(-1), (-1, 0, 0)))
-    top_lp, tokens = adapter.step_top(state, torch.where(grow, node, scratch), token, parent, depth, c)  # [B, w, c]
-    return score[..., None] + top_lp.double(), tokens, top_lp
+    parent, token, depth, cand = (torch.where(grow, t, pad) for t, pad in zip(item.unbind(-1), (-1, 0, 0, 0)))
+    slot = torch.where(grow, node, scratch)
+    top_lp, tokens, cands = adapter.step_top(state, slot, token, parent, depth, c, cand)  # [B, w, c]
+    return score[..., None] + top_lp.double(), tokens, top_lp, cands
 
 
 @register_builder("weaver")
@@ -160,15 +164,15 @@ def build_weaver_device(
     B, depth, c, width, n = root.shape[0], plan.depth, plan.c, plan.width, plan.n
     if n == 1:
         return DraftTree.root_only(root)
-    state = plan.begin(marginals_logits)
+    state = plan.begin(marginals_logits, root)
     dev = state.visible.device
     rows = torch.arange(B, device=dev)[:, None]
     frontier = _Frontier(B, max(n * c, width), width, c, dev)
     lane, scratch = frontier.lane, n + frontier.lane  # [w]
 
-    # nodes: item [B, N + w, 3] (parent, token, depth), node i in column i (= its adapter slot); columns
-    # N.. receive the popped entries that are not taken
-    nodes = torch.zeros(B, n + width, 3, dtype=torch.long, device=dev)
+    # nodes: item [B, N + w, 4] (parent, token, depth, candidate row), node i in column i (= its adapter
+    # slot); columns N.. receive the popped entries that are not taken
+    nodes = torch.zeros(B, n + width, 4, dtype=torch.long, device=dev)
     nodes[:, :, 0] = -1
     nodes[:, 0, 1] = root.to(dev)
     valid = torch.zeros(B, n + width, dtype=torch.bool, device=dev)
@@ -180,8 +184,8 @@ def build_weaver_device(
     first = (lane == 0).expand(B, width)
     zeros = torch.zeros(B, width, dtype=torch.long, device=dev)
     score = torch.zeros(B, width, dtype=torch.float64, device=dev)
-    s, tok, lp = _children(plan.adapter, state, zeros, first, nodes[:, :width], score, scratch, c)
-    frontier.push(zeros, first, zeros + 1, s, tok, lp)
+    s, tok, lp, cand = _children(plan.adapter, state, zeros, first, nodes[:, :width], score, scratch, c)
+    frontier.push(zeros, first, zeros + 1, s, tok, lp, cand)
 
     for _ in range(weaver_search_rounds(n - 1, width, depth, c)):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
@@ -195,9 +199,9 @@ def build_weaver_device(
         # 2) grow: the popped nodes above depth D' of rows that still have room (as the host does)
         node_depth = item[..., 2]
         grow = take & (node_depth < depth) & (count < n - 1)[:, None]
-        s, tok, lp = _children(plan.adapter, state, node, grow, item, score, scratch, c)
-        frontier.push(node, grow, node_depth + 1, s, tok, lp)
+        s, tok, lp, cand = _children(plan.adapter, state, node, grow, item, score, scratch, c)
+        frontier.push(node, grow, node_depth + 1, s, tok, lp, cand)
 
-    parents, tokens, depths = nodes[:, :n].unbind(-1)
+    parents, tokens, depths, _ = nodes[:, :n].unbind(-1)
     out = (tokens, parents, depths, valid[:, :n], logps[:, :n])
     return DraftTree(*(t.to(root.device) for t in out))

@@ -79,11 +79,13 @@ def _round(x, DTYPE: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr,
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, bias_ptr, norm_bias_ptr,
     K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
+    GELU: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     m = tl.program_id(1)
@@ -107,7 +109,13 @@ def _gemv_kernel(
         xk = tl.load(x_row + cols, mask=col_ok, other=0.0).to(tl.float32)
         if NORM:
             nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            xk = _round(_round(xk * rstd, dtype) * nw, dtype)
+            if NORM_FP32:  # WeaverNorm: weight * x / rms(x) (+ bias) in fp32, one rounding
+                xk = xk * rstd * nw
+                if NORM_BIAS:
+                    xk += tl.load(norm_bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                xk = _round(xk, dtype)
+            else:
+                xk = _round(_round(xk * rstd, dtype) * nw, dtype)
         tile = row_ok[:, None] & col_ok[None, :]
         w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
         acc += tl.sum(w * xk[None, :], axis=1)
@@ -115,6 +123,10 @@ def _gemv_kernel(
             w_up = tl.load(w_ptr + (rows[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
             acc_up += tl.sum(w_up.to(tl.float32) * xk[None, :], axis=1)
     y = acc
+    if BIAS:  # nn.Linear's bias joins the fp32 accumulator before the one rounding
+        y = _round(y + tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), dtype)
+    if GELU:  # exact (erf) GELU of the rounded linear output
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
     if SWIGLU:
         gate = _round(acc, dtype)
         y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
@@ -137,8 +149,14 @@ def fused_gemv(
     norm_out: torch.Tensor | None = None,  # [M, K]: receives RMSNorm(x) (needs norm_weight)
     row_tiles: bool | None = None,  # BLOCK_M rows per program; None: from ROW_TILE_MIN_M rows or with norm_out
     tiles: GemmTiles | None = None,  # the row-tiled launch (implies row_tiles); None: tuned or gemm_rows_config
+    *,
+    norm_fp32: bool = False,  # the Weaver adapter's norm: weight * x / rms(x) (+ norm_bias) in fp32, one rounding
+    norm_bias: torch.Tensor | None = None,  # [K] (needs norm_fp32)
+    bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias
+    gelu: bool = False,  # exact GELU after the (biased) linear
 ) -> torch.Tensor:
-    """[RMSNorm ->] x @ W^T [-> silu(gate) * up] [-> + residual]: one launch (see fused_gemv_ref).
+    """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
+    fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
@@ -160,8 +178,16 @@ def fused_gemv(
         raise ValueError(f"residual must be [{m}, {n_out}] with unit stride, got {tuple(residual.shape)}")
     if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
         raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
+    adapter_opts = norm_fp32 or norm_bias is not None or bias is not None or gelu
+    if adapter_opts and (swiglu or row_tiles or tiles is not None or norm_out is not None):
+        raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no swiglu, tiles)")
+    if norm_bias is not None and not (norm_fp32 and norm_weight is not None):
+        raise ValueError("norm_bias needs norm_weight and norm_fp32=True")
+    check_device(x, bias, norm_bias)
     if row_tiles is None:
-        row_tiles = norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
+        row_tiles = not adapter_opts and (
+            norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
+        )
     if row_tiles:
         if tiles is None:
             key = tuning.gemm_rows_key(n_out, k, m, x.dtype, out.dtype, norm_weight is not None, swiglu,
@@ -176,10 +202,12 @@ def fused_gemv(
     grid = (triton.cdiv(n_out, block_n), m)
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
+        bias if bias is not None else out, norm_bias if norm_bias is not None else out,
         k, n_out, n_out, eps,
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+        NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu,
     )
     return out
 

@@ -51,8 +51,9 @@ def node_attention_kernel(
     H: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):  # fmt: skip
-    """Program (b, h): rows q[b, h, :W] against k/v[b, h, :S] where mask[b, w, s] != 0; out [B, H, W, D]
-    contiguous. qk_scale = D**-0.5 * log2(e) (the softmax runs in base 2)."""
+    """Program (b, h): rows q[b, h, :W] against k/v[b, h, :S] where mask[b, w, s] != 0; out [B, W, H, D]
+    contiguous (token-major: the output projection reads each node's heads as one row).
+    qk_scale = D**-0.5 * log2(e) (the softmax runs in base 2)."""
     i_bh = tl.program_id(0)
     i_b = (i_bh // H).to(tl.int64)
     i_h = (i_bh % H).to(tl.int64)
@@ -85,7 +86,7 @@ def node_attention_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
     l_i = tl.where(l_i > 0, l_i, 1.0)  # pad rows (every real row has a visible entry)
-    p_o = out_ptr + (i_bh.to(tl.int64) * W + o_w[:, None]) * D + o_d[None, :]
+    p_o = out_ptr + ((i_b * W + o_w[:, None]) * H + i_h) * D + o_d[None, :]  # token-major [B, W, H, D]
     tl.store(p_o, _round(acc / l_i[:, None], dtype).to(dtype), mask=mask_w[:, None] & mask_d[None, :])
 
 
@@ -118,7 +119,8 @@ def node_attention(
     q, k, v: bfloat16, float16 or float32 (one dtype), any strides (a last dim of stride > 1 is copied);
     k and v may have different strides (e.g. `k_buf[layer]` of a [L, B, H, S, D] buffer). mask: bool, any
     strides (an expanded view is read in place); every row needs at least one True (a row with none comes
-    out as zeros, where SDPA gives NaN). Returns a new contiguous [B, H, W, D] tensor in q's dtype.
+    out as zeros, where SDPA gives NaN). Returns [B, H, W, D] in q's dtype: the transposed view of a new
+    contiguous [B, W, H, D] tensor, so that `out.transpose(1, 2).reshape(B, W, H * D)` is free.
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be 4-D, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
@@ -134,7 +136,7 @@ def node_attention(
         raise ValueError(f"head dim must be in 1..{NODE_ATTENTION_MAX_D}, got {D}")
     check_device(q, k, v, mask)
     q, k, v = (t if t.stride(3) == 1 or t.shape[3] == 1 else t.contiguous() for t in (q, k, v))
-    out = torch.empty(B, H, W, D, dtype=q.dtype, device=q.device)
+    out = torch.empty(B, W, H, D, dtype=q.dtype, device=q.device).transpose(1, 2)
     if out.numel() == 0:
         return out
     if S == 0:

@@ -1,13 +1,13 @@
 """The Weaver adapter step's tail in two Triton launches: pool scoring, then log-softmax + top-c children.
 
-    top_lp, top_tok = pool_top(y, norm_w, norm_b, eps, table, pool_ids, pool_prior, pool, c)
+    top_lp, top_tok, top_ix = pool_top(y, norm_w, norm_b, eps, table, pool_ids, pool_prior, pool, c)
 
 Per node row r (batch row b = r // W, pool row p = pool[r]) this is, with the rounding points of
 `WeaverAdapter.score_pool` (norm in fp32 cast to y's dtype, the residual product in the table's dtype):
 
     q       = out_norm(y[r])                                        [d]
     logits  = pool_prior[b, p] + table[pool_ids[b, p]] @ q          [K]   (table = W_lm @ lm_head_query_in)
-    top_lp, top_ix = topk(log_softmax(logits), c);  top_tok = pool_ids[b, p, top_ix]
+    top_lp, top_ix = topk(log_softmax(logits), c);  top_tok = pool_ids[b, p, top_ix]   (all three returned)
 
 On the H200 the torch path is ~10 small kernels per adapter step (norm pieces, two gathers, a batched
 GEMV, the prior add, log-softmax, top-k, the token gather), 17 steps a round. Launch 1 spreads the K
@@ -59,7 +59,7 @@ def _pool_logits_kernel(
 
 @triton.jit
 def _pool_top_kernel(
-    logits, ids, pool, out_lp, out_tok,
+    logits, ids, pool, out_lp, out_tok, out_ix,
     W, K, c,
     stride_ib, stride_id,
     BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -79,6 +79,7 @@ def _pool_top_kernel(
     b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0)
     tl.store(out_lp + i_r * c + o_c, b_val - lse, mask=m_c)
     tl.store(out_tok + i_r * c + o_c, b_tok.to(tl.int64), mask=m_c)
+    tl.store(out_ix + i_r * c + o_c, b_idx.to(tl.int64), mask=m_c)
 
 
 def pool_top(
@@ -91,8 +92,9 @@ def pool_top(
     pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
     pool: torch.Tensor,  # [R] long: each row's pool (depth row of pool_ids)
     c: int,  # children kept per row
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probs [R, c] fp32 (sorted descending) and token ids [R, c] int64 of each row's best c children."""
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-probs [R, c] fp32 (sorted descending), token ids [R, c] and pool indices [R, c] (int64) of each
+    row's best c children."""
     check_device(y, norm_weight, norm_bias, table, pool_ids, pool_prior, pool)
     r, d = y.shape
     b, _, k = pool_ids.shape
@@ -108,8 +110,9 @@ def pool_top(
     logits = torch.empty(r, k, dtype=torch.float32, device=y.device)
     top_lp = torch.empty(r, c, dtype=torch.float32, device=y.device)
     top_tok = torch.empty(r, c, dtype=torch.int64, device=y.device)
+    top_ix = torch.empty(r, c, dtype=torch.int64, device=y.device)
     if r == 0:
-        return top_lp, top_tok
+        return top_lp, top_tok, top_ix
     block_d = triton.next_power_of_2(d)
     block_k = max(1, min(32, 8192 // block_d, triton.next_power_of_2(k)))  # <= 8K gathered values a program
     _pool_logits_kernel[(r, triton.cdiv(k, block_k))](
@@ -119,9 +122,9 @@ def pool_top(
         HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4,
     )
     _pool_top_kernel[(r,)](
-        logits, ids, pool, top_lp, top_tok,
+        logits, ids, pool, top_lp, top_tok, top_ix,
         r // b, k, c,
         ids.stride(0), ids.stride(1),
         BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), num_warps=4,
     )
-    return top_lp, top_tok
+    return top_lp, top_tok, top_ix
