@@ -31,6 +31,7 @@ gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the pa
 tk = importlib.import_module("weaver.ops.triton.topk")
 na = importlib.import_module("weaver.ops.triton.node_attention")
 dc = importlib.import_module("weaver.ops.triton.decode")
+wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -138,6 +139,30 @@ def check_adapter_gemv() -> list[str]:
     return out
 
 
+def check_weaver_frontier() -> list[str]:
+    """The device weaver builder's bookkeeping kernels at the benchmark's round (frontier 512, w 4, c 8,
+    d_rank 512, 8 heads, P + S = 16 + 69), as the launchers configure them."""
+    i64 = "i32"
+    pop_args = dict(f_score="*fp64", f_item="*i64", f_logp="*fp32", count="*i64", nodes="*i64", logps="*fp32",
+                    valid="*u8", step="*i64", node_out="*i64", grow_out="*u8", score_out="*fp64")  # fmt: skip
+    pop_args.update({n: i64 for n in ("F", "N", "DEPTH", "W", "B", "stride_fs", "stride_fi", "stride_fl",
+                                      "stride_nb", "stride_lb", "stride_vb")})  # fmt: skip
+    push_args = dict(f_score="*fp64", f_item="*i64", f_logp="*fp32", node="*i64", grow="*u8", score="*fp64",
+                     step="*i64", top_lp="*fp32", top_tok="*i64", top_cand="*i64")  # fmt: skip
+    push_args.update({n: i64 for n in ("W", "C", "B", "stride_fs", "stride_fi", "stride_fl")})
+    inp_args = dict(step="*i64", visible="*u8", prefix="*u8", cand_x="*bf16", cand_qkv="*bf16", k_buf="*bf16",
+                    v_buf="*bf16", x_out="*bf16", q_out="*bf16", mask_out="*u8")  # fmt: skip
+    inp_args.update({n: i64 for n in ("W", "B", "P", "S_TOT", "D", "HD", "stride_vb", "stride_vs", "stride_cxb",
+                                      "stride_cxr", "stride_cqb", "stride_cqr", "stride_kb", "stride_kh",
+                                      "stride_ks", "stride_vvb", "stride_vvh", "stride_vvs")})  # fmt: skip
+    return [
+        report("frontier pop F=512 w=4", compile_kernel(wf._pop_kernel, pop_args, dict(BLOCK_F=512, BLOCK_W=4), 4)),
+        report("frontier push w=4 c=8", compile_kernel(wf._push_kernel, push_args, dict(BLOCK_W=4, BLOCK_C=8), 4)),
+        report("node inputs d=512 P+S=85", compile_kernel(wf._node_inputs_kernel, inp_args,
+                                                          dict(BLOCK_S=128, BLOCK_D=512), 4)),
+    ]  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -153,6 +178,7 @@ def main() -> None:
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
+    parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
     args = parser.parse_args()
     print("triton", triton.__version__)
     if args.topk:
@@ -163,6 +189,9 @@ def main() -> None:
             print(line, flush=True)
     if args.adapter_gemv:
         for line in check_adapter_gemv():
+            print(line, flush=True)
+    if args.frontier:
+        for line in check_weaver_frontier():
             print(line, flush=True)
     for T in args.T:
         for dtype in args.dtype:

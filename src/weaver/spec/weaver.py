@@ -66,6 +66,7 @@ from weaver.ops.adapter_finish import fused_finish, fused_finish_ready
 from weaver.ops.node_attention import attend_nodes
 from weaver.ops.pool_top import fused_pool_top, fused_pool_top_ready
 from weaver.ops.topk import topk_last
+from weaver.ops.weaver_frontier import node_inputs as frontier_node_inputs
 
 __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
@@ -444,6 +445,30 @@ class WeaverAdapter(nn.Module):
         and their candidate-table rows [B, w, c]. On CUDA the scoring tail is two fused Triton launches
         (`weaver.ops.pool_top`)."""
         x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
+        return self._top(state, x, rows, pool, c)
+
+    @torch.no_grad()
+    def step_top_prepared(self, state: WeaverRound, step: torch.Tensor, c: int) -> tuple[torch.Tensor, ...]:
+        """`step_top` for the device builder's Triton bookkeeping (`weaver.ops.weaver_frontier`): step [5, B, w]
+        = slot, token, parent, depth, candidate row (padded); needs the candidate table. One launch writes the
+        nodes' visibility rows and first-block K/V and gathers their input rows and q; then the block(s)
+        and the scoring tail as in `step_top`."""
+        if state.cand_x is None:
+            raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
+        slot, depth = step[0], step[3]
+        b, w = slot.shape
+        x, q, mask = frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x, state.cand_qkv,
+                                          state.k, state.v, 0, state.prefix_len)  # fmt: skip
+        rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
+        first = self.blocks[0]
+        q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
+        x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
+        return self._top(state, x, rows, depth.clamp(max=state.depth - 1), c)
+
+    def _top(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each node's best c children from its pool: log-probs, tokens, candidate-table rows [B, w, c]."""
         b, w = pool.shape
         first = 1 + pool[..., None] * state.pool_ids.shape[2]  # [B, w, 1] table row of each pool's candidate 0
         if self.fused_kernels and fused_pool_top_ready(x):
@@ -495,20 +520,39 @@ class WeaverAdapter(nn.Module):
             x = state.cand_x[rows, cand]  # [B, w, d_rank]
         else:
             x = self.node_rows(token, depth)  # [B, w, d_rank]
+        q0 = None
+        if table:  # the first block's q/k/v from the table; its K/V written here
+            q0, k0, v0 = self.blocks[0].split_heads(state.cand_qkv[rows, cand])
+            state.k[0][rows, :, col] = k0.transpose(1, 2)  # [B, w, H, hd] into column P + slot
+            state.v[0][rows, :, col] = v0.transpose(1, 2)
+        x = self._blocks(state, x, rows, col, seen, q0)
+        # 3) children come from the pool of depth + 1
+        return x, rows, depth.clamp(max=state.depth - 1)
+
+    def _blocks(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, col: torch.Tensor, seen: torch.Tensor,
+        q0: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The block(s) over the step's nodes: x [B, w, d_rank], their K/V columns col [B, w] and visibility
+        rows seen [B, w, P+S]. q0: the first block's q when its q/k/v came from the candidate table (its K/V
+        already written); else every block projects x and writes its K/V."""
+        b, w = col.shape
         fused = self.fused_kernels and fused_finish_ready(x)
         mask = seen if self.fused_kernels else seen[:, None]  # [B, w, P+S] (attend_nodes) or [B, 1, w, P+S]
         attend = attend_nodes if self.fused_kernels else _attend
         for layer, block in enumerate(self.blocks):
-            q, k, v = block.split_heads(state.cand_qkv[rows, cand]) if table and layer == 0 else block.qkv(x)
-            state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
-            state.v[layer][rows, :, col] = v.transpose(1, 2)
+            if layer == 0 and q0 is not None:
+                q = q0
+            else:
+                q, k, v = block.qkv(x)  # [B, H, w, hd]
+                state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
+                state.v[layer][rows, :, col] = v.transpose(1, 2)
             attn = attend(q, state.k[layer], state.v[layer], mask)  # [B, H, w, hd]
             if fused:  # three Triton GEMVs; attend_nodes' token-major output makes the reshape free
                 x = fused_finish(block, x.reshape(b * w, -1), attn.transpose(1, 2).reshape(b * w, -1)).view(b, w, -1)
             else:
                 x = block.finish(x, attn)
-        # 3) children come from the pool of depth + 1
-        return x, rows, depth.clamp(max=state.depth - 1)
+        return x
 
     # ------------------------------------------------------------ teacher-forced chain
     def forward(

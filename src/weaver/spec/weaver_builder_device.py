@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import torch
 
 from weaver.ops.topk import topk_last
+from weaver.ops.weaver_frontier import frontier_kernels_ready, frontier_pop, frontier_push
 from weaver.spec.builders import register_builder
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverRound
@@ -42,6 +44,16 @@ from weaver.spec.weaver_builder import plan_weaver
 __all__ = ["build_weaver_device", "weaver_search_rounds"]
 
 _NEG_INF = float("-inf")
+# the pop / node-input / push bookkeeping as Triton launches (weaver.ops.weaver_frontier): None = on CUDA
+# when the round has a candidate table; True / False force it (tests run it under the Triton interpreter);
+# WEAVER_FRONTIER_KERNELS=0 / 1 sets it
+FRONTIER_KERNELS: bool | None = {"0": False, "1": True}.get(os.environ.get("WEAVER_FRONTIER_KERNELS", ""))
+
+
+def _frontier_kernels(state: WeaverRound) -> bool:
+    if state.cand_x is None:
+        return False
+    return frontier_kernels_ready(state.visible) if FRONTIER_KERNELS is None else FRONTIER_KERNELS
 
 
 def _fewest_expanded(m: int, c: int, depth: int) -> int:
@@ -187,7 +199,16 @@ def build_weaver_device(
     s, tok, lp, cand = _children(plan.adapter, state, zeros, first, nodes[:, :width], score, scratch, c)
     frontier.push(zeros, first, zeros + 1, s, tok, lp, cand)
 
-    for _ in range(weaver_search_rounds(n - 1, width, depth, c)):
+    rounds = weaver_search_rounds(n - 1, width, depth, c)
+    if _frontier_kernels(state):  # the loop below as three Triton launches around the adapter's step
+        f = frontier
+        for _ in range(rounds):
+            step, node, grow, score = frontier_pop(f.score, f.item, f.logp, count, nodes, logps, valid, n, depth,
+                                                   width)  # fmt: skip
+            top_lp, top_tok, top_cand = plan.adapter.step_top_prepared(state, step, c)
+            frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_cand)
+        rounds = 0
+    for _ in range(rounds):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
         take, score, item, logp = frontier.pop((n - 1) - count)
         node = count[:, None] + 1 + lane  # [B, w]

@@ -1,0 +1,248 @@
+"""The device weaver builder's bookkeeping per adapter step in three Triton launches instead of ~20 kernels.
+
+    step, node, grow, score = frontier_pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
+    x, q, mask = node_inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, prefix_len)
+    ... attention, MLP, scoring (weaver.ops.node_attention / adapter_finish / pool_top) ...
+    frontier_push(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand)
+
+They do what `weaver.spec.weaver_builder_device` (`_Frontier.pop`, the node writes, `_children`'s padding,
+`WeaverAdapter._grow`'s visibility / candidate-table gathers / K/V writes of the first block, `_Frontier.push`)
+does with tensor ops, with the same results (the builder's tests run both on the same inputs):
+
+- pop (one program per batch row): the best w of the F frontier scores (`select_top`: ties to the lowest
+  column, as the builder's Triton top-k), take the first min(w, n - 1 - count) finite ones, empty their
+  columns, append them as nodes count + 1, ...; untaken lanes go to scratch columns n + lane; count grows;
+  the step's inputs [5, B, w] (slot, token, parent, depth, candidate row) are padded where a node does not
+  grow (scratch slot, token 0, no parent, depth 0, row 0).
+- node_inputs (one program per node): its visibility row (its parent's row, or the prefix, plus itself),
+  its input row and first-block q from the candidate table, its first-block k / v into its K/V column.
+- push (one program per batch row): each grown node's c children into frontier columns node * c + j,
+  score = the node's score + log p (float64), children with a -inf score dropped.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from weaver.ops.triton._utils import check_device, next_pow2
+from weaver.ops.triton.topk import select_top
+
+__all__ = ["frontier_pop", "frontier_push", "node_inputs"]
+
+
+@triton.jit
+def _pop_kernel(
+    f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
+    F, N, DEPTH, W, B,
+    stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
+    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    o_f = tl.arange(0, BLOCK_F)
+    m_f = o_f < F
+    b_score = tl.load(f_score + b * stride_fs + o_f, mask=m_f, other=0.0)
+    val, col = select_top(b_score, m_f, W, BLOCK_F, BLOCK_W, True)  # [BLOCK_W], descending
+    col = col.to(tl.int64)
+    o_w = tl.arange(0, BLOCK_W)
+    m_w = o_w < W
+    cnt = tl.load(count + b)
+    take = m_w & (val > float("-inf")) & (o_w < (N - 1) - cnt)
+    tl.store(f_score + b * stride_fs + col, tl.full([BLOCK_W], float("-inf"), tl.float64), mask=take)
+    p_item = f_item + b * stride_fi + col * 4
+    parent = tl.load(p_item, mask=m_w, other=0)
+    token = tl.load(p_item + 1, mask=m_w, other=0)
+    depth = tl.load(p_item + 2, mask=m_w, other=0)
+    cand = tl.load(p_item + 3, mask=m_w, other=0)
+    lp = tl.load(f_logp + b * stride_fl + col, mask=m_w, other=0.0)
+    node = cnt + 1 + o_w
+    scratch = N + o_w
+    dst = tl.where(take, node, scratch)
+    p_node = nodes + b * stride_nb + dst * 4
+    tl.store(p_node, parent, mask=m_w)
+    tl.store(p_node + 1, token, mask=m_w)
+    tl.store(p_node + 2, depth, mask=m_w)
+    tl.store(p_node + 3, cand, mask=m_w)
+    tl.store(logps + b * stride_lb + dst, lp, mask=m_w)
+    tl.store(valid + b * stride_vb + dst, take.to(tl.uint8), mask=m_w)
+    cnt = cnt + tl.sum(take.to(tl.int64), axis=0)
+    tl.store(count + b, cnt)
+    grow = take & (depth < DEPTH) & (cnt < N - 1)
+    p_step = step + b * W + o_w  # [5, B, W]
+    tl.store(p_step, tl.where(grow, node, scratch), mask=m_w)
+    tl.store(p_step + B * W, tl.where(grow, token, 0), mask=m_w)
+    tl.store(p_step + 2 * B * W, tl.where(grow, parent, -1), mask=m_w)
+    tl.store(p_step + 3 * B * W, tl.where(grow, depth, 0), mask=m_w)
+    tl.store(p_step + 4 * B * W, tl.where(grow, cand, 0), mask=m_w)
+    tl.store(node_out + b * W + o_w, node, mask=m_w)
+    tl.store(grow_out + b * W + o_w, grow.to(tl.uint8), mask=m_w)
+    tl.store(score_out + b * W + o_w, val, mask=m_w)
+
+
+def frontier_pop(
+    f_score: torch.Tensor,  # [B, F + 1] float64 (column F: the push sink, never read here)
+    f_item: torch.Tensor,  # [B, F + 1, 4] int64: parent node, token, depth, candidate row
+    f_logp: torch.Tensor,  # [B, F + 1] float32
+    count: torch.Tensor,  # [B] int64: non-root nodes so far (updated)
+    nodes: torch.Tensor,  # [B, N + w, 4] int64 (written: the taken nodes, and scratch columns N..)
+    logps: torch.Tensor,  # [B, N + w] float32 (written)
+    valid: torch.Tensor,  # [B, N + w] bool (written)
+    n: int,  # N: nodes per row, root included
+    depth: int,  # D': nodes at this depth are not grown
+    w: int,  # entries popped a step
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One pop round: step inputs [5, B, w] (slot, token, parent, depth, candidate row; padded), node ids
+    [B, w], grow [B, w] bool and the popped scores [B, w] float64 (module docstring)."""
+    check_device(f_score, f_item, f_logp, count, nodes, logps, valid)
+    b, f1 = f_score.shape
+    for t, shape in ((f_item, (b, f1, 4)), (f_logp, (b, f1)), (count, (b,)), (nodes, (b, n + w, 4)),
+                     (logps, (b, n + w)), (valid, (b, n + w))):  # fmt: skip
+        if t.shape != shape or t.stride(-1) != 1:
+            raise ValueError(f"frontier_pop: expected shape {shape} (unit last stride), got {tuple(t.shape)}")
+    if f_item.stride(1) != 4 or nodes.stride(1) != 4 or not 1 <= w <= f1 - 1:
+        raise ValueError("frontier_pop: item rows must be packed (stride 4) and 1 <= w <= F")
+    step = torch.empty(5, b, w, dtype=torch.int64, device=f_score.device)
+    node = torch.empty(b, w, dtype=torch.int64, device=f_score.device)
+    grow = torch.empty(b, w, dtype=torch.bool, device=f_score.device)
+    score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
+    if b:
+        _pop_kernel[(b,)](
+            f_score, f_item, f_logp, count, nodes, logps, valid.view(torch.uint8), step, node,
+            grow.view(torch.uint8), score,
+            f1 - 1, n, depth, w, b,
+            f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
+            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), num_warps=4,
+        )  # fmt: skip
+    return step, node, grow, score
+
+
+@triton.jit
+def _push_kernel(
+    f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand,
+    W, C, B, stride_fs, stride_fi, stride_fl,
+    BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
+):  # fmt: skip
+    b = tl.program_id(0).to(tl.int64)
+    o_w = tl.arange(0, BLOCK_W)
+    o_c = tl.arange(0, BLOCK_C)
+    m_w = o_w < W
+    m = m_w[:, None] & (o_c < C)[None, :]
+    b_node = tl.load(node + b * W + o_w, mask=m_w, other=0)
+    b_grow = tl.load(grow + b * W + o_w, mask=m_w, other=0) != 0
+    b_score = tl.load(score + b * W + o_w, mask=m_w, other=0.0)
+    b_depth = tl.load(step + 3 * B * W + b * W + o_w, mask=m_w, other=0) + 1  # the children's depth
+    o_wc = (b * W + o_w)[:, None] * C + o_c[None, :]
+    lp = tl.load(top_lp + o_wc, mask=m, other=float("-inf"))
+    s = b_score[:, None] + lp.to(tl.float64)
+    keep = m & b_grow[:, None] & (s > float("-inf"))
+    col = b_node[:, None] * C + o_c[None, :]
+    tl.store(f_score + b * stride_fs + col, s, mask=keep)
+    tl.store(f_logp + b * stride_fl + col, lp, mask=keep)
+    p_item = f_item + b * stride_fi + col * 4
+    tl.store(p_item, b_node[:, None] + 0 * col, mask=keep)
+    tl.store(p_item + 1, tl.load(top_tok + o_wc, mask=m, other=0), mask=keep)
+    tl.store(p_item + 2, b_depth[:, None] + 0 * col, mask=keep)
+    tl.store(p_item + 3, tl.load(top_cand + o_wc, mask=m, other=0), mask=keep)
+
+
+def frontier_push(
+    f_score: torch.Tensor, f_item: torch.Tensor, f_logp: torch.Tensor,  # the frontier (written)
+    node: torch.Tensor,  # [B, w] int64: the expanded nodes
+    grow: torch.Tensor,  # [B, w] bool: those whose children are pushed
+    score: torch.Tensor,  # [B, w] float64: their cumulative scores
+    step: torch.Tensor,  # [5, B, w]: the step's inputs (row 3: the nodes' depths)
+    top_lp: torch.Tensor,  # [B, w, c] float32: children's log-probs
+    top_tok: torch.Tensor,  # [B, w, c] int64
+    top_cand: torch.Tensor,  # [B, w, c] int64: children's candidate rows
+) -> None:
+    """Push each grown node's c children into its frontier columns node * c .. node * c + c - 1."""
+    check_device(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand)
+    b, w, c = top_lp.shape
+    if node.shape != (b, w) or grow.shape != (b, w) or score.shape != (b, w) or step.shape != (5, b, w):
+        raise ValueError(f"frontier_push: node/grow/score [B, w] and step [5, B, w] for B, w = {b}, {w}")
+    if top_tok.shape != (b, w, c) or top_cand.shape != (b, w, c):
+        raise ValueError(f"frontier_push: top_tok / top_cand must be [{b}, {w}, {c}]")
+    node, grow, score, step, top_lp, top_tok, top_cand = (
+        t.contiguous() for t in (node, grow, score, step, top_lp, top_tok, top_cand)
+    )
+    if b:
+        _push_kernel[(b,)](
+            f_score, f_item, f_logp, node, grow.view(torch.uint8), score, step, top_lp, top_tok, top_cand,
+            w, c, b, f_score.stride(0), f_item.stride(0), f_logp.stride(0),
+            BLOCK_W=next_pow2(w, 2), BLOCK_C=next_pow2(c, 2), num_warps=4,
+        )  # fmt: skip
+
+
+@triton.jit
+def _node_inputs_kernel(
+    step, visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
+    W, B, P, S_TOT, D, HD,
+    stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+    stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    i = tl.program_id(0)  # node i of the step: batch row i // W
+    b = (i // W).to(tl.int64)
+    slot = tl.load(step + i)
+    parent = tl.load(step + 2 * B * W + i)
+    cand = tl.load(step + 4 * B * W + i)
+    # visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus itself
+    o_s = tl.arange(0, BLOCK_S)
+    m_s = o_s < S_TOT
+    row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0) * stride_vs + o_s, mask=m_s, other=0)
+    pre = tl.load(prefix + o_s, mask=m_s, other=0)
+    row = tl.where(parent >= 0, row, pre)
+    row = tl.where(o_s == P + slot, 1, row)
+    tl.store(visible + b * stride_vb + slot * stride_vs + o_s, row, mask=m_s)
+    tl.store(mask_out + i * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
+    # the input row and the first block's q / k / v from the candidate table
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    x = tl.load(cand_x + b * stride_cxb + cand * stride_cxr + o_d, mask=m_d)
+    tl.store(x_out + i * D + o_d, x, mask=m_d)
+    p_qkv = cand_qkv + b * stride_cqb + cand * stride_cqr + o_d
+    tl.store(q_out + i * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
+    head, j = o_d // HD, o_d % HD
+    col = P + slot
+    tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, tl.load(p_qkv + D, mask=m_d), mask=m_d)
+    tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, tl.load(p_qkv + 2 * D, mask=m_d),
+             mask=m_d)  # fmt: skip
+
+
+def node_inputs(
+    step: torch.Tensor,  # [5, B, w] int64: slot, token, parent, depth, candidate row
+    visible: torch.Tensor,  # [B, S, P + S] bool (row `slot` written)
+    prefix_mask: torch.Tensor,  # [P + S] bool
+    cand_x: torch.Tensor,  # [B, R, d]
+    cand_qkv: torch.Tensor,  # [B, R, 3 d]
+    k_buf: torch.Tensor,  # [B, H, P + S, hd]: the first block's K (column P + slot written)
+    v_buf: torch.Tensor,  # [B, H, P + S, hd]
+    prefix_len: int,  # P
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The step's nodes' visibility rows and first-block K/V written; their input rows x [B, w, d],
+    first-block q [B, w, d] (heads concatenated) and visibility rows [B, w, P + S] bool returned."""
+    check_device(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf)
+    _, b, w = step.shape
+    d = cand_x.shape[2]
+    h, s_tot, hd = k_buf.shape[1], k_buf.shape[2], k_buf.shape[3]
+    if cand_qkv.shape[2] != 3 * d or h * hd != d or v_buf.shape != k_buf.shape or visible.shape[2] != s_tot:
+        raise ValueError(
+            "node_inputs: cand_x [B, R, d], cand_qkv [B, R, 3d], k/v [B, H, P+S, d/H], visible [B, S, P+S]"
+        )
+    if any(t.stride(-1) != 1 for t in (visible, cand_x, cand_qkv, k_buf, v_buf)):
+        raise ValueError("node_inputs: unit stride along the last dim")
+    step = step.contiguous()
+    x = torch.empty(b, w, d, dtype=cand_x.dtype, device=cand_x.device)
+    q = torch.empty(b, w, d, dtype=cand_qkv.dtype, device=cand_x.device)
+    mask = torch.empty(b, w, s_tot, dtype=torch.bool, device=cand_x.device)
+    if b * w:
+        _node_inputs_kernel[(b * w,)](
+            step, visible.view(torch.uint8), prefix_mask.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
+            mask.view(torch.uint8), w, b, prefix_len, s_tot, d, hd,
+            visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
+            cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0), v_buf.stride(1),
+            v_buf.stride(2),
+            BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16), num_warps=4,
+        )  # fmt: skip
+    return x, q, mask
