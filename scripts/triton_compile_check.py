@@ -148,8 +148,8 @@ def check_weaver_frontier() -> list[str]:
     pop_args.update({n: i64 for n in ("F", "N", "DEPTH", "W", "B", "stride_fs", "stride_fi", "stride_fl",
                                       "stride_nb", "stride_lb", "stride_vb")})  # fmt: skip
     push_args = dict(f_score="*fp64", f_item="*i64", f_logp="*fp32", node="*i64", grow="*u8", score="*fp64",
-                     step="*i64", top_lp="*fp32", top_tok="*i64", top_cand="*i64")  # fmt: skip
-    push_args.update({n: i64 for n in ("W", "C", "B", "stride_fs", "stride_fi", "stride_fl")})
+                     step="*i64", top_lp="*fp32", top_tok="*i64", top_ix="*i64")  # fmt: skip
+    push_args.update({n: i64 for n in ("W", "C", "B", "K", "stride_fs", "stride_fi", "stride_fl")})
     inp_args = dict(step="*i64", visible="*u8", prefix="*u8", cand_x="*bf16", cand_qkv="*bf16", k_buf="*bf16",
                     v_buf="*bf16", x_out="*bf16", q_out="*bf16", mask_out="*u8")  # fmt: skip
     inp_args.update({n: i64 for n in ("W", "B", "P", "S_TOT", "D", "HD", "stride_vb", "stride_vs", "stride_cxb",

@@ -35,24 +35,25 @@ def frontier_pop_op(
 def _frontier_pop_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w):
     b = f_score.shape[0]
     empty = f_score.new_empty
-    return (empty(5, b, w, dtype=torch.int64), empty(b, w, dtype=torch.int64), empty(b, w, dtype=torch.bool),
+    return (empty(6, b, w, dtype=torch.int64), empty(b, w, dtype=torch.int64), empty(b, w, dtype=torch.bool),
             empty(b, w, dtype=torch.float64))  # fmt: skip
 
 
 @torch.library.custom_op("weaver::frontier_push", mutates_args=("f_score", "f_item", "f_logp"))
 def frontier_push_op(
     f_score: torch.Tensor, f_item: torch.Tensor, f_logp: torch.Tensor, node_ids: torch.Tensor, grow: torch.Tensor,
-    score: torch.Tensor, step: torch.Tensor, top_lp: torch.Tensor, top_tok: torch.Tensor, top_cand: torch.Tensor,
+    score: torch.Tensor, step: torch.Tensor, top_lp: torch.Tensor, top_tok: torch.Tensor, top_ix: torch.Tensor,
+    pool_size: int,
 ) -> None:
     """`weaver.ops.triton.weaver_frontier.frontier_push` as a custom op (no argument may be called `node`:
     inductor's post-grad pass passes its own `node` keyword next to the op's arguments)."""
     from weaver.ops.triton.weaver_frontier import frontier_push as push
 
-    push(f_score, f_item, f_logp, node_ids, grow, score, step, top_lp, top_tok, top_cand)
+    push(f_score, f_item, f_logp, node_ids, grow, score, step, top_lp, top_tok, top_ix, pool_size)
 
 
 @frontier_push_op.register_fake
-def _frontier_push_fake(f_score, f_item, f_logp, node_ids, grow, score, step, top_lp, top_tok, top_cand):
+def _frontier_push_fake(f_score, f_item, f_logp, node_ids, grow, score, step, top_lp, top_tok, top_ix, pool_size):
     return None
 
 

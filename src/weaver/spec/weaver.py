@@ -449,13 +449,14 @@ class WeaverAdapter(nn.Module):
 
     @torch.no_grad()
     def step_top_prepared(self, state: WeaverRound, step: torch.Tensor, c: int) -> tuple[torch.Tensor, ...]:
-        """`step_top` for the device builder's Triton bookkeeping (`weaver.ops.weaver_frontier`): step [5, B, w]
-        = slot, token, parent, depth, candidate row (padded); needs the candidate table. One launch writes the
-        nodes' visibility rows and first-block K/V and gathers their input rows and q; then the block(s)
-        and the scoring tail as in `step_top`."""
+        """`step_top` for the device builder's Triton bookkeeping (`weaver.ops.weaver_frontier`): step [6, B, w]
+        = slot, token, parent, depth, candidate row, pool row (padded); needs the candidate table. One launch
+        writes the nodes' visibility rows and first-block K/V and gathers their input rows and q; then the
+        block(s) and the scoring tail as in `step_top`, which here returns the children's pool indices (the
+        push turns them into candidate rows)."""
         if state.cand_x is None:
             raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
-        slot, depth = step[0], step[3]
+        slot, pool = step[0], step[5]
         b, w = slot.shape
         x, q, mask = frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x, state.cand_qkv,
                                           state.k, state.v, 0, state.prefix_len)  # fmt: skip
@@ -463,24 +464,29 @@ class WeaverAdapter(nn.Module):
         first = self.blocks[0]
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
-        return self._top(state, x, rows, depth.clamp(max=state.depth - 1), c)
+        return self._top(state, x, rows, pool, c, pool_index=True)
 
     def _top(
-        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int,
+        pool_index: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each node's best c children from its pool: log-probs, tokens, candidate-table rows [B, w, c]."""
+        """Each node's best c children from its pool: log-probs, tokens and candidate-table rows [B, w, c]
+        (their indices in the pool with `pool_index`)."""
         b, w = pool.shape
-        first = 1 + pool[..., None] * state.pool_ids.shape[2]  # [B, w, 1] table row of each pool's candidate 0
         if self.fused_kernels and fused_pool_top_ready(x):
             norm = self.out_norm
             top_lp, top_tok, top_ix = fused_pool_top(
                 x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
                 state.pool_prior, pool.reshape(b * w), c,
             )
-            return top_lp.view(b, w, c), top_tok.view(b, w, c), first + top_ix.view(b, w, c)
-        logp, ids = self._pool_logp(state, x, rows, pool)
-        top_lp, top_ix = topk_last(logp, c)
-        return top_lp, ids.gather(-1, top_ix), first + top_ix
+            top_lp, top_tok, top_ix = top_lp.view(b, w, c), top_tok.view(b, w, c), top_ix.view(b, w, c)
+        else:
+            logp, ids = self._pool_logp(state, x, rows, pool)
+            top_lp, top_ix = topk_last(logp, c)
+            top_tok = ids.gather(-1, top_ix)
+        if pool_index:
+            return top_lp, top_tok, top_ix
+        return top_lp, top_tok, 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix  # table rows
 
     def _pool_logp(
         self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor

@@ -205,8 +205,8 @@ def build_weaver_device(
         for _ in range(rounds):
             step, node, grow, score = frontier_pop(f.score, f.item, f.logp, count, nodes, logps, valid, n, depth,
                                                    width)  # fmt: skip
-            top_lp, top_tok, top_cand = plan.adapter.step_top_prepared(state, step, c)
-            frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_cand)
+            top_lp, top_tok, top_ix = plan.adapter.step_top_prepared(state, step, c)
+            frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_ix, plan.k)
         rounds = 0
     for _ in range(rounds):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...

@@ -3,7 +3,7 @@
     step, node, grow, score = frontier_pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
     x, q, mask = node_inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, prefix_len)
     ... attention, MLP, scoring (weaver.ops.node_attention / adapter_finish / pool_top) ...
-    frontier_push(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand)
+    frontier_push(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_ix, K)
 
 They do what `weaver.spec.weaver_builder_device` (`_Frontier.pop`, the node writes, `_children`'s padding,
 `WeaverAdapter._grow`'s visibility / candidate-table gathers / K/V writes of the first block, `_Frontier.push`)
@@ -12,10 +12,12 @@ does with tensor ops, with the same results (the builder's tests run both on the
 - pop (one program per batch row): the best w of the F frontier scores (`select_top`: ties to the lowest
   column, as the builder's Triton top-k), take the first min(w, n - 1 - count) finite ones, empty their
   columns, append them as nodes count + 1, ...; untaken lanes go to scratch columns n + lane; count grows;
-  the step's inputs [5, B, w] (slot, token, parent, depth, candidate row) are padded where a node does not
-  grow (scratch slot, token 0, no parent, depth 0, row 0).
+  the step's inputs [6, B, w] (slot, token, parent, depth, candidate row, pool row) are padded where a node
+  does not grow (scratch slot, token 0, no parent, depth 0, row 0, pool 0).
 - node_inputs (one program per node): its visibility row (its parent's row, or the prefix, plus itself),
   its input row and first-block q from the candidate table, its first-block k / v into its K/V column.
+  The pop also hands out each node's pool row (min(depth, D' - 1)) and the push turns a child's pool index
+  into its candidate-table row, so no small kernels remain between the launches.
 - push (one program per batch row): each grown node's c children into frontier columns node * c + j,
   score = the node's score + log p (float64), children with a -inf score dropped.
 """
@@ -69,12 +71,13 @@ def _pop_kernel(
     cnt = cnt + tl.sum(take.to(tl.int64), axis=0)
     tl.store(count + b, cnt)
     grow = take & (depth < DEPTH) & (cnt < N - 1)
-    p_step = step + b * W + o_w  # [5, B, W]
+    p_step = step + b * W + o_w  # [6, B, W]
     tl.store(p_step, tl.where(grow, node, scratch), mask=m_w)
     tl.store(p_step + B * W, tl.where(grow, token, 0), mask=m_w)
     tl.store(p_step + 2 * B * W, tl.where(grow, parent, -1), mask=m_w)
     tl.store(p_step + 3 * B * W, tl.where(grow, depth, 0), mask=m_w)
     tl.store(p_step + 4 * B * W, tl.where(grow, cand, 0), mask=m_w)
+    tl.store(p_step + 5 * B * W, tl.minimum(tl.where(grow, depth, 0), DEPTH - 1), mask=m_w)  # children's pool
     tl.store(node_out + b * W + o_w, node, mask=m_w)
     tl.store(grow_out + b * W + o_w, grow.to(tl.uint8), mask=m_w)
     tl.store(score_out + b * W + o_w, val, mask=m_w)
@@ -92,8 +95,8 @@ def frontier_pop(
     depth: int,  # D': nodes at this depth are not grown
     w: int,  # entries popped a step
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One pop round: step inputs [5, B, w] (slot, token, parent, depth, candidate row; padded), node ids
-    [B, w], grow [B, w] bool and the popped scores [B, w] float64 (module docstring)."""
+    """One pop round: step inputs [6, B, w] (slot, token, parent, depth, candidate row, children's pool row
+    min(depth, D' - 1); padded), node ids [B, w], grow [B, w] bool and the popped scores [B, w] float64."""
     check_device(f_score, f_item, f_logp, count, nodes, logps, valid)
     b, f1 = f_score.shape
     for t, shape in ((f_item, (b, f1, 4)), (f_logp, (b, f1)), (count, (b,)), (nodes, (b, n + w, 4)),
@@ -102,7 +105,7 @@ def frontier_pop(
             raise ValueError(f"frontier_pop: expected shape {shape} (unit last stride), got {tuple(t.shape)}")
     if f_item.stride(1) != 4 or nodes.stride(1) != 4 or not 1 <= w <= f1 - 1:
         raise ValueError("frontier_pop: item rows must be packed (stride 4) and 1 <= w <= F")
-    step = torch.empty(5, b, w, dtype=torch.int64, device=f_score.device)
+    step = torch.empty(6, b, w, dtype=torch.int64, device=f_score.device)
     node = torch.empty(b, w, dtype=torch.int64, device=f_score.device)
     grow = torch.empty(b, w, dtype=torch.bool, device=f_score.device)
     score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
@@ -119,8 +122,8 @@ def frontier_pop(
 
 @triton.jit
 def _push_kernel(
-    f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand,
-    W, C, B, stride_fs, stride_fi, stride_fl,
+    f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_ix,
+    W, C, B, K, stride_fs, stride_fi, stride_fl,
     BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0).to(tl.int64)
@@ -132,6 +135,7 @@ def _push_kernel(
     b_grow = tl.load(grow + b * W + o_w, mask=m_w, other=0) != 0
     b_score = tl.load(score + b * W + o_w, mask=m_w, other=0.0)
     b_depth = tl.load(step + 3 * B * W + b * W + o_w, mask=m_w, other=0) + 1  # the children's depth
+    b_first = 1 + tl.load(step + 5 * B * W + b * W + o_w, mask=m_w, other=0) * K  # table row of pool entry 0
     o_wc = (b * W + o_w)[:, None] * C + o_c[None, :]
     lp = tl.load(top_lp + o_wc, mask=m, other=float("-inf"))
     s = b_score[:, None] + lp.to(tl.float64)
@@ -143,7 +147,7 @@ def _push_kernel(
     tl.store(p_item, b_node[:, None] + 0 * col, mask=keep)
     tl.store(p_item + 1, tl.load(top_tok + o_wc, mask=m, other=0), mask=keep)
     tl.store(p_item + 2, b_depth[:, None] + 0 * col, mask=keep)
-    tl.store(p_item + 3, tl.load(top_cand + o_wc, mask=m, other=0), mask=keep)
+    tl.store(p_item + 3, b_first[:, None] + tl.load(top_ix + o_wc, mask=m, other=0), mask=keep)
 
 
 def frontier_push(
@@ -151,25 +155,26 @@ def frontier_push(
     node: torch.Tensor,  # [B, w] int64: the expanded nodes
     grow: torch.Tensor,  # [B, w] bool: those whose children are pushed
     score: torch.Tensor,  # [B, w] float64: their cumulative scores
-    step: torch.Tensor,  # [5, B, w]: the step's inputs (row 3: the nodes' depths)
+    step: torch.Tensor,  # [6, B, w]: the step's inputs (row 3: the nodes' depths, row 5: their pool rows)
     top_lp: torch.Tensor,  # [B, w, c] float32: children's log-probs
     top_tok: torch.Tensor,  # [B, w, c] int64
-    top_cand: torch.Tensor,  # [B, w, c] int64: children's candidate rows
+    top_ix: torch.Tensor,  # [B, w, c] int64: children's indices in their pool (row 1 + pool * K + ix of the table)
+    pool_size: int,  # K
 ) -> None:
     """Push each grown node's c children into its frontier columns node * c .. node * c + c - 1."""
-    check_device(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_cand)
+    check_device(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_ix)
     b, w, c = top_lp.shape
-    if node.shape != (b, w) or grow.shape != (b, w) or score.shape != (b, w) or step.shape != (5, b, w):
-        raise ValueError(f"frontier_push: node/grow/score [B, w] and step [5, B, w] for B, w = {b}, {w}")
-    if top_tok.shape != (b, w, c) or top_cand.shape != (b, w, c):
-        raise ValueError(f"frontier_push: top_tok / top_cand must be [{b}, {w}, {c}]")
-    node, grow, score, step, top_lp, top_tok, top_cand = (
-        t.contiguous() for t in (node, grow, score, step, top_lp, top_tok, top_cand)
+    if node.shape != (b, w) or grow.shape != (b, w) or score.shape != (b, w) or step.shape != (6, b, w):
+        raise ValueError(f"frontier_push: node/grow/score [B, w] and step [6, B, w] for B, w = {b}, {w}")
+    if top_tok.shape != (b, w, c) or top_ix.shape != (b, w, c):
+        raise ValueError(f"frontier_push: top_tok / top_ix must be [{b}, {w}, {c}]")
+    node, grow, score, step, top_lp, top_tok, top_ix = (
+        t.contiguous() for t in (node, grow, score, step, top_lp, top_tok, top_ix)
     )
     if b:
         _push_kernel[(b,)](
-            f_score, f_item, f_logp, node, grow.view(torch.uint8), score, step, top_lp, top_tok, top_cand,
-            w, c, b, f_score.stride(0), f_item.stride(0), f_logp.stride(0),
+            f_score, f_item, f_logp, node, grow.view(torch.uint8), score, step, top_lp, top_tok, top_ix,
+            w, c, b, pool_size, f_score.stride(0), f_item.stride(0), f_logp.stride(0),
             BLOCK_W=next_pow2(w, 2), BLOCK_C=next_pow2(c, 2), num_warps=4,
         )  # fmt: skip
 
@@ -211,7 +216,7 @@ def _node_inputs_kernel(
 
 
 def node_inputs(
-    step: torch.Tensor,  # [5, B, w] int64: slot, token, parent, depth, candidate row
+    step: torch.Tensor,  # [6, B, w] int64: slot, token, parent, depth, candidate row, pool row
     visible: torch.Tensor,  # [B, S, P + S] bool (row `slot` written)
     prefix_mask: torch.Tensor,  # [P + S] bool
     cand_x: torch.Tensor,  # [B, R, d]
