@@ -3,6 +3,7 @@
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --node-attention --T   # Weaver step
+    ... --adapter-gemv --frontier --T   # the Weaver step's MLP GEMVs, the device builder's bookkeeping
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -181,17 +182,10 @@ def main() -> None:
     parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
     args = parser.parse_args()
     print("triton", triton.__version__)
-    if args.topk:
-        for line in check_small_topk():
-            print(line, flush=True)
-    if args.node_attention:
-        for line in check_node_attention():
-            print(line, flush=True)
-    if args.adapter_gemv:
-        for line in check_adapter_gemv():
-            print(line, flush=True)
-    if args.frontier:
-        for line in check_weaver_frontier():
+    extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
+              (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier))  # fmt: skip
+    for wanted, check in extras:
+        for line in check() if wanted else []:
             print(line, flush=True)
     for T in args.T:
         for dtype in args.dtype:
