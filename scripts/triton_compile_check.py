@@ -3,7 +3,7 @@
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --node-attention --T   # Weaver step
-    ... --adapter-gemv --frontier --T   # the Weaver step's MLP GEMVs, the device builder's bookkeeping
+    ... --adapter-gemv --frontier --verify-qkv --T   # Weaver step GEMVs, builder bookkeeping, verify qkv+RoPE
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -33,6 +33,7 @@ tk = importlib.import_module("weaver.ops.triton.topk")
 na = importlib.import_module("weaver.ops.triton.node_attention")
 dc = importlib.import_module("weaver.ops.triton.decode")
 wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
+vq = importlib.import_module("weaver.ops.triton.verify_qkv")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -164,6 +165,26 @@ def check_weaver_frontier() -> list[str]:
     ]  # fmt: skip
 
 
+def check_verify_qkv() -> list[str]:
+    """The verify's fused norm + qkv + RoPE + K/V launch at SmolLM2's attention (hidden 576, 9 / 3 heads of 64)
+    for 16 and 65 tree rows, with and without qk-norm, as the launcher configures it."""
+    out = []
+    args = dict(x_ptr="*bf16", w_ptr="*bf16", norm_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", len_ptr="*i64",
+                depth_ptr="*i64", inv_freq_ptr="*fp32", qn_ptr="*bf16", kn_ptr="*bf16", q_ptr="*bf16", eps="fp32",
+                qk_eps="fp32")  # fmt: skip
+    strides = ("stride_xm", "stride_wn", "stride_db", "stride_cb", "stride_ch", "stride_cs", "stride_q")
+    args.update({n: "i32" for n in ("M", "K", "T", "S", *strides)})
+    for rows in (16, 65):
+        tiles = dc.gemm_rows_config(64, 576, rows, torch.device("cuda"))
+        for qk_norm in (False, True):
+            const = dict(H=9, HKV=3, D=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_M=tiles.block_m,
+                         BLOCK_K=tiles.block_k)  # fmt: skip
+            kern = compile_kernel(vq._qkv_rope_kernel, args, const, 4, tiles.num_stages, divisible=strides)
+            out.append(report(f"qkv_rope rows={rows} qk_norm={qk_norm} BLOCK_M={tiles.block_m} "
+                              f"BLOCK_K={tiles.block_k}", kern))  # fmt: skip
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -180,10 +201,12 @@ def main() -> None:
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
     parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
+    parser.add_argument("--verify-qkv", action="store_true", help="also the verify's fused qkv + RoPE launch")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
-              (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier))  # fmt: skip
+              (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
+              (args.verify_qkv, check_verify_qkv))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

@@ -18,6 +18,7 @@ if not torch.cuda.is_available():  # before triton loads: the kernels run in its
 
 import weaver  # noqa: E402
 from weaver.models.fast_verify import FastVerifier  # noqa: E402
+from weaver.models.presets import PRESETS  # noqa: E402
 from weaver.ops.tree import node_depth  # noqa: E402
 from weaver.testing import assert_close, random_root_paths  # noqa: E402
 
@@ -35,9 +36,12 @@ _MODELS: dict[str, torch.nn.Module] = {}
 
 
 def _model(preset: str):
-    """A tiny random model whose RMSNorm weights (layer, qk and final norms) are random too, not ones."""
+    """A tiny random model whose RMSNorm weights (layer, qk and final norms) are random too, not ones.
+    `<preset>-hd32`: the preset with heads of 32 (2 q / 1 kv), which the fused qkv + RoPE launch takes."""
     if preset not in _MODELS:
-        model = weaver.LLM.from_config(preset, seed=5, device="cpu", dtype="fp32").model
+        name, wide, _ = preset.partition("-hd32")
+        cfg = {**PRESETS[name], "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32} if wide else name
+        model = weaver.LLM.from_config(cfg, seed=5, device="cpu", dtype="fp32").model
         gen = torch.Generator().manual_seed(6)
         for name, param in model.named_parameters():
             if "norm" in name:
@@ -47,9 +51,11 @@ def _model(preset: str):
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-llama-hd32", "tiny-qwen3-hd32"])
 @torch.no_grad()
-def test_fast_verify_matches_forward_then_commit_continues(preset, tree):
+def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeypatch):
+    """The -hd32 models run WEAVER_VERIFY_QKV_ROPE=1 (norm + qkv + qk-norm + RoPE + K/V write in one launch)."""
+    monkeypatch.setenv("WEAVER_VERIFY_QKV_ROPE", "1" if preset.endswith("hd32") else "0")
     model = _model(preset)
     gen = torch.Generator().manual_seed(len(tree) + len(preset))
     vocab = model.config.vocab_size
@@ -65,7 +71,9 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree):
     tokens = torch.randint(0, vocab, parents.shape, generator=gen)
 
     want = model(tokens, ref_cache, parents=parents, depth=depth, capture_layers=(0, 2))
-    got = FastVerifier(model)(tokens, fast_cache, parents, depth, capture_layers=(0, 2))
+    verifier = FastVerifier(model)
+    assert verifier.qkv_rope == preset.endswith("hd32")
+    got = verifier(tokens, fast_cache, parents, depth, capture_layers=(0, 2))
     assert got.logits.dtype == torch.float32
     assert_close("logits", want.logits, got.logits, 1e-5)
     assert_close("hidden", want.hidden, got.hidden, 1e-5)

@@ -6,16 +6,20 @@ write at slots lengths + j), (tree attention), (o + residual), (post norm + gate
 (down + residual); then one launch for the final norm + LM head, which also hands out the normed
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
+
+WEAVER_VERIFY_QKV_ROPE=1 (opt-in until timed on the H200) merges the first two launches of a layer
+(`weaver.ops.triton.verify_qkv`: the qkv activations stay in registers) when RoPE spans the whole head.
 """
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import torch
 
 from weaver.models.cache import ModelCache
-from weaver.models.decoder import ForwardOutput
+from weaver.models.decoder import Decoder, ForwardOutput
 from weaver.models.fast_decode import FusedPath
 from weaver.ops.tree import ancestor_mask, node_depth
 
@@ -24,6 +28,15 @@ class FastVerifier(FusedPath):
     """Callable `(tokens [B, T], cache, parents, depth, capture_layers) -> ForwardOutput`, as `Decoder.forward`."""
 
     what = "fast verify"
+
+    def __init__(self, model: Decoder) -> None:
+        super().__init__(model)
+        head_dim = model.config.head_dim  # resolved by ModelConfig
+        self.qkv_rope = (
+            os.environ.get("WEAVER_VERIFY_QKV_ROPE", "0") == "1"
+            and 2 * model.rope_inv_freq.shape[0] == head_dim
+            and head_dim % 32 == 0
+        )
 
     def __call__(
         self,
@@ -46,12 +59,19 @@ class FastVerifier(FusedPath):
         captured = []
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
-            qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
             q_norm, k_norm = self.qk_norms(attn)
-            q = k.tree_rope_kv_write(
-                qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, m.rope_inv_freq,
-                self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
-            )
+            if self.qkv_rope:
+                q = k.qkv_rope_write(
+                    x, attn.fused.weight, layer.input_layernorm.weight, self.eps, layer_cache.k, layer_cache.v,
+                    cache.lengths, depth, m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm,
+                    qk_eps=self.eps,
+                )
+            else:
+                qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
+                q = k.tree_rope_kv_write(
+                    qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, m.rope_inv_freq,
+                    self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
+                )
             o = k.tree_attention(q, layer_cache.k, layer_cache.v, cache.lengths, anc, self.num_heads, self.num_kv_heads)
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)

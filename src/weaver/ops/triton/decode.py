@@ -225,6 +225,29 @@ def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
+def rows_rstd(p_x, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / rms of each row of a [BLOCK_M, K] tile (p_x: [BLOCK_M, 1] row pointers), recomputed per program."""
+    o_k0 = tl.arange(0, BLOCK_K)
+    sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        o_k = k0 + o_k0
+        b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
+        sq += b_x * b_x
+    return 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
+
+
+@triton.jit
+def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexpr, DTYPE: tl.constexpr):
+    """Columns o_k of the rows as fp32, through the RMSNorm (weight at norm_ptr) with NORM, rounded to DTYPE
+    as the unfused norm stores them."""
+    b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    if NORM:
+        b_nw = tl.load(norm_ptr + o_k, mask=mask_k, other=0.0).to(tl.float32)
+        b_x = _round(_round(b_x * rstd[:, None], DTYPE) * b_nw[None, :], DTYPE)
+    return b_x
+
+
+@triton.jit
 def _gemm_rows_kernel(
     x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
     M, K, N_OUT, HALF, eps,
@@ -244,26 +267,17 @@ def _gemm_rows_kernel(
     p_x = x_ptr + o_m[:, None] * stride_xm
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
-        sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            o_k = k0 + o_k0
-            b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
-            sq += b_x * b_x
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
+        rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         o_k = k0 + o_k0
         mask_k = o_k < K
-        mask_x = mask_m[:, None] & mask_k[None, :]
-        b_x = tl.load(p_x + o_k[None, :], mask=mask_x, other=0.0).to(tl.float32)
-        if NORM:
-            b_nw = tl.load(norm_ptr + o_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_x = _round(_round(b_x * rstd[:, None], dtype) * b_nw[None, :], dtype)
-            if NORM_OUT:
-                if i_n == 0:  # the first column of programs hands the normalised rows out
-                    p_no = nout_ptr + o_m[:, None] * stride_nm + o_k[None, :]
-                    tl.store(p_no, b_x.to(nout_ptr.dtype.element_ty), mask=mask_x)
+        b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM, dtype)
+        if NORM_OUT:
+            if i_n == 0:  # the first column of programs hands the normalised rows out
+                p_no = nout_ptr + o_m[:, None] * stride_nm + o_k[None, :]
+                tl.store(p_no, b_x.to(nout_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_k[None, :])
         p_w = w_ptr + o_n[None, :] * stride_wn + o_k[:, None]  # [BLOCK_K, BLOCK_N]: W^T tile
         mask_w = mask_k[:, None] & mask_n[None, :]
         acc += _dot_rows(b_x, tl.load(p_w, mask=mask_w, other=0.0), dtype, w_dtype, INTERPRET)
