@@ -107,15 +107,17 @@ def check_node_attention() -> list[str]:
     out = []
     H = 8
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
-    for el, W, D in (("bf16", 4, 64), ("bf16", 8, 64), ("bf16", 64, 256), ("fp32", 8, 64), ("fp32", 64, 256)):
+    for el, W, D, group in (("bf16", 4, 64, 1), ("bf16", 8, 64, 1), ("bf16", 16, 64, 3), ("bf16", 64, 256, 1),
+                            ("fp32", 8, 64, 1), ("fp32", 64, 256, 1)):  # fmt: skip
         block_w, block_d, block_s, warps, stages = na.node_attention_config(W, D, dtypes[el])
         ptrs = dict(q_ptr=f"*{el}", k_ptr=f"*{el}", v_ptr=f"*{el}", mask_ptr="*u8", out_ptr=f"*{el}")
         strides = [f"stride_{t}{d}" for t in "qkv" for d in ("b", "h", "w" if t == "q" else "s")]
         args = dict(ptrs, W="i32", S="i32", qk_scale="fp32", stride_mb="i32", stride_mw="i32")
         args.update({n: "i32" for n in strides})
-        const = dict(stride_ms=1, H=H, D=D, INTERPRET=False, BLOCK_W=block_w, BLOCK_D=block_d, BLOCK_S=block_s)
+        const = dict(stride_ms=1, H=H if group == 1 else 9, D=D, INTERPRET=False, BLOCK_W=block_w, BLOCK_D=block_d,
+                     BLOCK_S=block_s, GROUP=group)  # fmt: skip
         kern = compile_kernel(na.node_attention_kernel, args, const, warps, stages, divisible=strides)
-        name = f"node_attention {el} H={H} W={W} D={D} BLOCK_W={block_w} BLOCK_S={block_s} warps={warps}"
+        name = f"node_attention {el} W={W} D={D} GROUP={group} BLOCK_W={block_w} BLOCK_S={block_s} warps={warps}"
         out.append(f"{report(name, kern)} | stages={stages}")
     return out
 

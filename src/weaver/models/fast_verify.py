@@ -7,8 +7,9 @@ write at slots lengths + j), (tree attention), (o + residual), (post norm + gate
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
 
-WEAVER_VERIFY_QKV_ROPE=1 (opt-in until timed on the H200) merges the first two launches of a layer
-(`weaver.ops.triton.verify_qkv`: the qkv activations stay in registers) when RoPE spans the whole head.
+WEAVER_VERIFY_QKV_ROPE=1 (opt-in until timed on the H200: scripts/gpu/chain_levers_check.sh) merges the
+first two launches of a layer (`weaver.ops.triton.verify_qkv`: the qkv activations stay in registers) when
+RoPE spans the whole head.
 """
 
 from __future__ import annotations

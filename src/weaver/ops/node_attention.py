@@ -3,7 +3,8 @@
 
     out = attend_nodes(q, k, v, mask)   # = SDPA(q, k, v, attn_mask=mask[:, None]), mask [B, W, S] bool
 
-q [B, H, W, D] (W = 4..8 nodes), k/v [B, H, S, D] (S = prefix + node slots), out [B, H, W, D]. On the H200
+q [B, H, W, D] (W = 4..16 rows: Weaver nodes or a drafter block), k/v [B, Hkv, S, D] (S = prefix + node
+slots, or the drafter's context slots), out [B, H, W, D]. On the H200
 each such SDPA call is a ~9 us cuDNN kernel for a tiny problem; the Triton kernel is the replacement. It is
 exposed as the custom op `weaver::node_attention` so code compiled with torch.compile (the round stages,
 before CUDA-graph capture) calls it as one opaque kernel; its fake impl gives the output shape. Eager calls
@@ -45,14 +46,16 @@ def _kernel_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or mask.dim() != 3:
         return False
     b, h, w, d = q.shape
-    s = k.shape[2]
+    hkv, s = k.shape[1], k.shape[2]
     return (
         q.is_cuda
         and q.dtype in _DTYPES
         and k.dtype == q.dtype
         and v.dtype == q.dtype
         and mask.dtype == torch.bool
-        and k.shape == (b, h, s, d)
+        and k.shape == (b, hkv, s, d)
+        and hkv >= 1
+        and h % hkv == 0
         and v.shape == k.shape
         and mask.shape == (b, w, s)
         and 1 <= w <= NODE_ATTENTION_MAX_W
@@ -64,7 +67,8 @@ def _kernel_fits(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
 
 def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])` (scale D**-0.5): q [B, H, W, D];
-    k, v [B, H, S, D]; mask [B, W, S] bool, True = attend, at least one True a row -> [B, H, W, D].
+    k, v [B, Hkv, S, D] with H % Hkv == 0 (grouped-query attention: query head h reads kv head h // (H / Hkv));
+    mask [B, W, S] bool, True = attend, at least one True a row -> [B, H, W, D].
 
     The Triton kernel for CUDA bf16/fp16/fp32 inputs with W <= NODE_ATTENTION_MAX_W and D <= 256 when triton
     is installed (output token-major: a view of [B, W, H, D]), else SDPA itself. The kernel rounds the
@@ -73,4 +77,4 @@ def attend_nodes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
     """
     if _kernel_fits(q, k, v, mask) and triton_ready():
         return launch(node_attention_op, "weaver.ops.triton.node_attention", "node_attention", q, k, v, mask)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=k.shape[1] != q.shape[1])

@@ -49,7 +49,7 @@ def node_attention_kernel(
     stride_vb, stride_vh, stride_vs,
     stride_mb, stride_mw, stride_ms,
     H: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, GROUP: tl.constexpr = 1,
 ):  # fmt: skip
     """Program (b, h): rows q[b, h, :W] against k/v[b, h, :S] where mask[b, w, s] != 0; out [B, W, H, D]
     contiguous (token-major: the output projection reads each node's heads as one row).
@@ -65,8 +65,8 @@ def node_attention_kernel(
     mask_d = o_d < D
     p_q = q_ptr + i_b * stride_qb + i_h * stride_qh + o_w[:, None] * stride_qw + o_d[None, :]
     b_q = tl.load(p_q, mask=mask_w[:, None] & mask_d[None, :], other=0.0)  # [BLOCK_W, BLOCK_D]
-    p_k = k_ptr + i_b * stride_kb + i_h * stride_kh
-    p_v = v_ptr + i_b * stride_vb + i_h * stride_vh
+    p_k = k_ptr + i_b * stride_kb + (i_h // GROUP) * stride_kh  # GQA: GROUP query heads share a kv head
+    p_v = v_ptr + i_b * stride_vb + (i_h // GROUP) * stride_vh
     p_m = mask_ptr + i_b * stride_mb + o_w[:, None] * stride_mw
     m_i = tl.full([BLOCK_W], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_W], dtype=tl.float32)
@@ -107,14 +107,15 @@ def node_attention_config(w: int, d: int, dtype: torch.dtype) -> tuple[int, int,
 
 def node_attention(
     q: torch.Tensor,  # [B, H, W, D]
-    k: torch.Tensor,  # [B, H, S, D]
-    v: torch.Tensor,  # [B, H, S, D]
+    k: torch.Tensor,  # [B, Hkv, S, D], H a multiple of Hkv (grouped-query attention)
+    v: torch.Tensor,  # [B, Hkv, S, D]
     mask: torch.Tensor,  # [B, W, S] bool: True = attend
     block_s: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> torch.Tensor:
-    """Masked softmax attention, scale D**-0.5: `SDPA(q, k, v, attn_mask=mask[:, None])` -> [B, H, W, D].
+    """Masked softmax attention, scale D**-0.5: `SDPA(q, k, v, attn_mask=mask[:, None], enable_gqa=True)`
+    -> [B, H, W, D] (query head h reads kv head h // (H / Hkv)).
 
     q, k, v: bfloat16, float16 or float32 (one dtype), any strides (a last dim of stride > 1 is copied);
     k and v may have different strides (e.g. `k_buf[layer]` of a [L, B, H, S, D] buffer). mask: bool, any
@@ -125,9 +126,10 @@ def node_attention(
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be 4-D, got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     B, H, W, D = q.shape
-    S = k.shape[2]
-    if k.shape != (B, H, S, D) or v.shape != k.shape:
-        raise ValueError(f"k and v must be [{B}, {H}, S, {D}], got {tuple(k.shape)}, {tuple(v.shape)}")
+    S, HKV = k.shape[2], k.shape[1]
+    if k.shape != (B, HKV, S, D) or v.shape != k.shape or HKV < 1 or H % HKV:
+        raise ValueError(f"k and v must be [{B}, Hkv, S, {D}] with {H} % Hkv == 0, got {tuple(k.shape)}, "
+                         f"{tuple(v.shape)}")  # fmt: skip
     if mask.shape != (B, W, S) or mask.dtype != torch.bool:
         raise ValueError(f"mask must be bool [{B}, {W}, {S}], got {mask.dtype} {tuple(mask.shape)}")
     if q.dtype not in (torch.bfloat16, torch.float16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
@@ -154,7 +156,7 @@ def node_attention(
         v.stride(0), v.stride(1), v.stride(2),
         mask8.stride(0), mask8.stride(1), mask8.stride(2),
         H=H, D=D, INTERPRET=interpreting(),
-        BLOCK_W=block_w, BLOCK_D=block_d, BLOCK_S=block_s,
+        BLOCK_W=block_w, BLOCK_D=block_d, BLOCK_S=block_s, GROUP=H // HKV,
         num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
     return out
