@@ -123,14 +123,21 @@ def table_key(kernel: str, name: str, m: int) -> str:
 # ---------------------------------------------------------------------------------- config grids
 
 
+WIDE_K: list[int] = []  # --wide-k: an extra BLOCK_K (512) for the 16-row tiles
+
+
 def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
-    """Tile sizes at 4 warps and 3 stages (register-bounded tiles only)."""
+    """Tile sizes at 4 warps and 3 stages (register-bounded tiles only). With --wide-k the 16-row tiles also
+    try BLOCK_K 512: two or three K steps for the SmolLM2 shapes (K = 576 / 1536), closer to the decode GEMV's
+    short load chain (the v7 profile: 4.8 us per 16-row GEMM against 3.6 for the one-row GEMV). 1024 spills
+    at 4 warps on sm_90 (triton 3.6: 424-5712 B of stack), 512 does not at BLOCK_N 16 (NOTES_h200.md)."""
     if kernel == "gemm_rows":
         k = GEMMS[name][1]
         grid = []
         for bm, bn, bk in itertools.product([16] if m <= 16 else [16, 32, 64, 128], [16, 32, 64, 128],
-                                            [32, 64, 128, 256]):
-            if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and bm * bk <= 8192 and bn * bk <= 16384:
+                                            [32, 64, 128, 256, *WIDE_K]):  # fmt: skip
+            fits = bm * bk <= 8192 and bn * bk <= 16384 or (bk in WIDE_K and bm == 16 and bn <= 32)
+            if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and fits:
                 grid.append((bm, bn, bk, 4, 3))
         return grid
     if kernel == "tree_attention":
@@ -304,6 +311,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="verify_sweep.json", help="JSON report (its 'best' is a tuning table)")
     parser.add_argument("--budget-s", type=float, default=150.0, help="stop timing new configs after this long")
+    parser.add_argument("--wide-k", action="store_true", help="16-row GEMM tiles also try BLOCK_K 512")
     parser.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)),
                         help="compile worker processes (1: compile while timing)")
     parser.add_argument("--replays", type=int, default=15, help="graph replays per config (median)")
@@ -312,6 +320,8 @@ def main() -> int:
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="plumbing check without a GPU: two configs per shape, interpreted, untimed")
     args = parser.parse_args()
+    if args.wide_k:
+        WIDE_K.append(512)
     if args.cpu_smoke:
         global DEVICE
         DEVICE = torch.device("cpu")
