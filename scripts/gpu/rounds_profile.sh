@@ -4,7 +4,8 @@
 #   1. RP_CHECK=1   captured rounds (one graph per round, default compiled stages) equal the ar tokens
 #                   (scripts/gpu/rounds_check.py --quick, fp32 tiny llama);
 #   2. RP_BEFORE=0  round_profile.py with the built-in launch configs (WEAVER_TRITON_TUNING=none);
-#   3. RP_SWEEP=0   verify_sweep.py -> a tuning table, used by step 4 (RP_GEMM_TABLE=<an earlier sweep's
+#   3. RP_SWEEP=0   verify_sweep.py -> a tuning table, used by step 4 (RP_WIDE_K=1: BLOCK_K 512 tiles too;
+#                   RP_GEMM_TABLE=<an earlier sweep's
 #                   JSON>: sweep the attention kernels alone, take gemm_rows from that table);
 #   4. round_profile.py: ar step, chain (block 16), weaver (budget 64), stage by stage and kernel by kernel,
 #      with the defaults (the packaged H200 table, every stage but verify compiled) or step 3's table.
@@ -28,6 +29,7 @@ if [ "${RP_BEFORE:-0}" = "1" ]; then
 fi
 if [ "${RP_SWEEP:-0}" = "1" ]; then
   timeout "${RP_SWEEP_S:-200}" python3 scripts/gpu/verify_sweep.py --budget-s "${RP_SWEEP_BUDGET:-130}" \
+    ${RP_WIDE_K:+--wide-k} \
     ${RP_GEMM_TABLE:+--kernels tree_attention tree_rope_kv_write} --out "$OUT/verify_sweep.json" 2>&1 \
     | tee "$OUT/verify_sweep.txt" | tail -25
   if [ -n "${RP_GEMM_TABLE:-}" ]; then
