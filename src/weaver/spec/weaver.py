@@ -521,16 +521,15 @@ class WeaverAdapter(nn.Module):
         table = cand is not None and state.cand_x is not None
         if cand is not None and cand.shape != (b, w):
             raise ValueError(f"cand must be [B, w] = {(b, w)}, got {tuple(cand.shape)}")
-        if table:
+        q0 = None
+        if table:  # the node rows and the first block's q/k/v from the table; its K/V written here
             cand = cand.to(dev).long()
             x = state.cand_x[rows, cand]  # [B, w, d_rank]
-        else:
-            x = self.node_rows(token, depth)  # [B, w, d_rank]
-        q0 = None
-        if table:  # the first block's q/k/v from the table; its K/V written here
             q0, k0, v0 = self.blocks[0].split_heads(state.cand_qkv[rows, cand])
             state.k[0][rows, :, col] = k0.transpose(1, 2)  # [B, w, H, hd] into column P + slot
             state.v[0][rows, :, col] = v0.transpose(1, 2)
+        else:
+            x = self.node_rows(token, depth)  # [B, w, d_rank]
         x = self._blocks(state, x, rows, col, seen, q0)
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
