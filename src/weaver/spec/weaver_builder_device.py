@@ -14,6 +14,10 @@ Scores are float64 sums of float32 log-probs, as on the host, so both builders p
 the same order and return identical trees (ties aside: the host breaks them by push order, torch.topk does
 not; on CUDA `topk_last` is a Triton kernel that takes the lowest column first, which is push order).
 
+On CUDA, when the round has the adapter's candidate table, the pop, the nodes' inputs and the push run as
+three Triton launches around the adapter's step (`weaver.ops.weaver_frontier`, `WeaverAdapter.step_top_prepared`):
+the same loop, ~20 small kernels a step fewer; the tensor ops below stay the reference (tests run both).
+
 Rounds. The loop runs `weaver_search_rounds(budget', w, D', c)` times, a function of the sizes only
 (budget' = N - 1). A host round pops w nodes, or finishes the row, or drains the frontier (pops all of
 it, fewer than w). If every expanded node pushes c finite children, the frontier after m pops holds
