@@ -19,7 +19,7 @@ from weaver.ops.triton.verify_qkv import qkv_rope_write
 from weaver.testing import assert_close
 
 
-@settings(max_examples=6 if FULL else 25, deadline=None)
+@settings(max_examples=6 if FULL else 12, deadline=None)
 @given(
     rows=trees(max_b=2, max_t=65 if FULL else 12),
     heads=st.sampled_from([(9, 3), (4, 1), (2, 2)]),
