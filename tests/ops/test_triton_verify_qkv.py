@@ -60,3 +60,12 @@ def test_qkv_rope_write_rejects_partial_rope_and_bad_shapes() -> None:
         qkv_rope_write(x, w, ln, 1e-6, *cache, lengths, depth, _inv_freq(32, 0.25).to(DEVICE), 1, 1)
     with pytest.raises(ValueError, match="weight"):
         qkv_rope_write(x, w[:64], ln, 1e-6, *cache, lengths, depth, _inv_freq(32, 1.0).to(DEVICE), 1, 1)
+
+
+def test_qkv_rope_config_and_its_override(monkeypatch) -> None:
+    from weaver.ops.triton.verify_qkv import qkv_rope_config
+
+    monkeypatch.delenv("WEAVER_VERIFY_QKV_TILES", raising=False)
+    assert qkv_rope_config(576) == (16, 128) and qkv_rope_config(40) == (16, 64)
+    monkeypatch.setenv("WEAVER_VERIFY_QKV_TILES", "32,64")
+    assert qkv_rope_config(576) == (32, 64)

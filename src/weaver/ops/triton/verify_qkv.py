@@ -14,14 +14,27 @@ Reference: `fused_gemv` then `tree_rope_kv_write` (the test compares them).
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from weaver.ops.triton._utils import check_device, interpreting
-from weaver.ops.triton.decode import _dot_rows, _round, gemm_rows_config, load_normed_rows, rows_rstd
+from weaver.ops.triton.decode import _dot_rows, _round, load_normed_rows, rows_rstd
 
-__all__ = ["qkv_rope_write"]
+__all__ = ["qkv_rope_config", "qkv_rope_write"]
+
+
+def qkv_rope_config(hidden: int) -> tuple[int, int]:
+    """(BLOCK_M, BLOCK_K): 16-row tiles as the tuned verify GEMMs chose at 16 and 65 rows (h200.json), K in
+    steps of 128 (sm_90, triton 3.6: 106 registers, no spill; 256 takes 168 and 48 B of stack, 64-row tiles
+    250+). WEAVER_VERIFY_QKV_TILES="BM,BK" overrides it (for timing other tiles)."""
+    env = os.environ.get("WEAVER_VERIFY_QKV_TILES")
+    if env:
+        block_m, block_k = (int(v) for v in env.split(","))
+        return block_m, block_k
+    return 16, min(128, max(16, triton.next_power_of_2(hidden)))
 
 
 @triton.jit
@@ -124,8 +137,8 @@ def qkv_rope_write(
     if m == 0:
         return q
     inv_freq = inv_freq.float().contiguous()
-    tiles = gemm_rows_config(d, hidden, m, x.device)
-    grid = (num_heads + 2 * num_kv_heads, triton.cdiv(m, tiles.block_m))
+    block_m, block_k = qkv_rope_config(hidden)
+    grid = (num_heads + 2 * num_kv_heads, triton.cdiv(m, block_m))
     _qkv_rope_kernel[grid](
         x, weight, norm_weight, cache_k, cache_v, lengths, depth, inv_freq,
         q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, q,
@@ -133,6 +146,6 @@ def qkv_rope_write(
         x.stride(0), weight.stride(0), depth.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2),
         q.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, QK_NORM=q_norm is not None, INTERPRET=interpreting(),
-        BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k, num_warps=4, num_stages=tiles.num_stages,
+        BLOCK_M=block_m, BLOCK_K=block_k, num_warps=4,
     )  # fmt: skip
     return q
