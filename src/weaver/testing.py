@@ -5,12 +5,13 @@ from __future__ import annotations
 import torch
 
 
-def relative_error(ref: torch.Tensor, out: torch.Tensor) -> float:
-    """max |out - ref| / max |ref| in float64 (inf when out has NaN/inf)."""
+def relative_error(ref: torch.Tensor, out: torch.Tensor, floor: float = 0.0) -> float:
+    """max |out - ref| / max(max |ref|, floor) in float64 (inf when out has NaN/inf). `floor` is the scale of
+    quantities computed as differences of larger ones (log-probs: logit - logsumexp, floor 1)."""
     ref64, out64 = ref.detach().double().cpu(), out.detach().double().cpu()
     if not torch.isfinite(out64).all():
         return float("inf")
-    denom = ref64.abs().max().clamp_min(1e-30)
+    denom = ref64.abs().max().clamp_min(max(floor, 1e-30))
     return float((out64 - ref64).abs().max() / denom)
 
 
@@ -22,10 +23,11 @@ def norm_relative_error(ref: torch.Tensor, out: torch.Tensor) -> float:
     return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
 
 
-def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float) -> None:
-    """Fail with absolute and relative error in the message when `out` is not within rtol of `ref`."""
+def assert_close(name: str, ref: torch.Tensor, out: torch.Tensor, rtol: float, floor: float = 0.0) -> None:
+    """Fail with absolute and relative error in the message when `out` is not within rtol of `ref` (relative to
+    max(max |ref|, floor): see `relative_error`)."""
     assert ref.shape == out.shape, f"{name}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}"
-    err = relative_error(ref, out)
+    err = relative_error(ref, out, floor)
     abs_err = float((out.detach().double().cpu() - ref.detach().double().cpu()).abs().max())
     assert err <= rtol, f"{name}: max abs err {abs_err:.3e}, relative {err:.3e} > {rtol:.1e}"
 
