@@ -62,11 +62,10 @@ def node_inputs_op(
     step: torch.Tensor, visible: torch.Tensor, prefix_mask: torch.Tensor, cand_x: torch.Tensor,
     cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, layer: int, prefix_len: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`weaver.ops.triton.weaver_frontier.node_inputs` on layer `layer` of [L, B, H, P + S, hd] K/V buffers
-    (whole buffers, so that the op mutates its arguments and not views of them)."""
+    """`weaver.ops.triton.weaver_frontier.node_inputs` as a custom op."""
     from weaver.ops.triton.weaver_frontier import node_inputs as inputs
 
-    return inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf[layer], v_buf[layer], prefix_len)
+    return inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
 
 
 @node_inputs_op.register_fake
@@ -91,10 +90,6 @@ def frontier_push(*args) -> None:
     launch(frontier_push_op, _MODULE, "frontier_push", *args)
 
 
-def node_inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer: int, prefix_len: int):
-    """See `weaver.ops.triton.weaver_frontier.node_inputs`; k_buf / v_buf are the [L, ...] buffers."""
-    if torch.compiler.is_compiling():
-        return node_inputs_op(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
-    from weaver.ops.triton.weaver_frontier import node_inputs as inputs
-
-    return inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf[layer], v_buf[layer], prefix_len)
+def node_inputs(*args):
+    """See `weaver.ops.triton.weaver_frontier.node_inputs` (same arguments)."""
+    return launch(node_inputs_op, _MODULE, "node_inputs", *args)

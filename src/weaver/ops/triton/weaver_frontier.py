@@ -1,7 +1,7 @@
 """The device weaver builder's bookkeeping per adapter step in three Triton launches instead of ~20 kernels.
 
     step, node, grow, score = frontier_pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
-    x, q, mask = node_inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, prefix_len)
+    x, q, mask = node_inputs(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, 0, prefix_len)
     ... attention, MLP, scoring (weaver.ops.node_attention / adapter_finish / pool_top) ...
     frontier_push(f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_ix, K)
 
@@ -221,13 +221,17 @@ def node_inputs(
     prefix_mask: torch.Tensor,  # [P + S] bool
     cand_x: torch.Tensor,  # [B, R, d]
     cand_qkv: torch.Tensor,  # [B, R, 3 d]
-    k_buf: torch.Tensor,  # [B, H, P + S, hd]: the first block's K (column P + slot written)
-    v_buf: torch.Tensor,  # [B, H, P + S, hd]
+    k_buf: torch.Tensor,  # [L, B, H, P + S, hd]: the blocks' K (layer `layer`, column P + slot written)
+    v_buf: torch.Tensor,  # [L, B, H, P + S, hd]
+    layer: int,  # the block whose q/k/v the candidate table holds (the first)
     prefix_len: int,  # P
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The step's nodes' visibility rows and first-block K/V written; their input rows x [B, w, d],
-    first-block q [B, w, d] (heads concatenated) and visibility rows [B, w, P + S] bool returned."""
+    """The step's nodes' visibility rows and K/V of block `layer` written; their input rows x [B, w, d],
+    block-`layer` q [B, w, d] (heads concatenated) and visibility rows [B, w, P + S] bool returned. The whole
+    [L, ...] buffers are arguments so that the custom op (`weaver.ops.weaver_frontier`) mutates its inputs,
+    not views of them."""
     check_device(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf)
+    k_buf, v_buf = k_buf[layer], v_buf[layer]
     _, b, w = step.shape
     d = cand_x.shape[2]
     h, s_tot, hd = k_buf.shape[1], k_buf.shape[2], k_buf.shape[3]
