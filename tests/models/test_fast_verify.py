@@ -13,7 +13,8 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # before triton loads: the kernels run in its interpreter on CPU
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # compiled on a GPU (fp32 models either way)
+if DEVICE == "cpu":  # before triton loads: the kernels run in its interpreter on CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import weaver  # noqa: E402
@@ -41,11 +42,11 @@ def _model(preset: str):
     if preset not in _MODELS:
         name, wide, _ = preset.partition("-hd32")
         cfg = {**PRESETS[name], "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32} if wide else name
-        model = weaver.LLM.from_config(cfg, seed=5, device="cpu", dtype="fp32").model
+        model = weaver.LLM.from_config(cfg, seed=5, device=DEVICE, dtype="fp32").model
         gen = torch.Generator().manual_seed(6)
         for name, param in model.named_parameters():
             if "norm" in name:
-                param.data.mul_(1 + 0.3 * torch.randn(param.shape, generator=gen))
+                param.data.mul_(1 + 0.3 * torch.randn(param.shape, generator=gen).to(DEVICE))
         _MODELS[preset] = model
     return _MODELS[preset]
 
@@ -59,16 +60,16 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeyp
     model = _model(preset)
     gen = torch.Generator().manual_seed(len(tree) + len(preset))
     vocab = model.config.vocab_size
-    parents = torch.tensor(TREES[tree])
+    parents = torch.tensor(TREES[tree], device=DEVICE)
     depth = node_depth(parents)
     ref_cache, fast_cache = model.allocate_cache(2, 32), model.allocate_cache(2, 32)
-    prompt = torch.randint(0, vocab, (2, 9), generator=gen)
+    prompt = torch.randint(0, vocab, (2, 9), generator=gen).to(DEVICE)
     model(prompt, ref_cache)
     model(prompt, fast_cache)
     for c in (ref_cache, fast_cache):  # row 1 keeps 5 committed tokens: slots 5..8 hold stale K/V
         c.lengths[1] = 5
     lengths = ref_cache.lengths.clone()
-    tokens = torch.randint(0, vocab, parents.shape, generator=gen)
+    tokens = torch.randint(0, vocab, parents.shape, generator=gen).to(DEVICE)
 
     want = model(tokens, ref_cache, parents=parents, depth=depth, capture_layers=(0, 2))
     verifier = FastVerifier(model)
@@ -83,11 +84,11 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeyp
         assert_close(f"layer {i} k", a.k, b.k, 1e-5)
         assert_close(f"layer {i} v", a.v, b.v, 1e-5)
 
-    path = random_root_paths(parents, gen)
+    path = random_root_paths(parents.cpu(), gen).to(DEVICE)
     accepted = (path >= 0).sum(1)
     model.commit(ref_cache, path, accepted)
     model.commit(fast_cache, path, accepted)
-    nxt = torch.randint(0, vocab, (2, 1), generator=gen)
+    nxt = torch.randint(0, vocab, (2, 1), generator=gen).to(DEVICE)
     assert_close("decode after commit", model(nxt, ref_cache).logits, model(nxt, fast_cache).logits, 1e-5)
     assert torch.equal(ref_cache.lengths, fast_cache.lengths)
 
@@ -95,8 +96,8 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeyp
 @torch.no_grad()
 def test_fast_verify_without_capture_and_default_depth():
     model = _model("tiny-llama")
-    parents = torch.tensor([[-1, 0, 1, 0]])
-    tokens = torch.tensor([[3, 4, 5, 6]])
+    parents = torch.tensor([[-1, 0, 1, 0]], device=DEVICE)
+    tokens = torch.tensor([[3, 4, 5, 6]], device=DEVICE)
     ref_cache, fast_cache = model.allocate_cache(1, 16), model.allocate_cache(1, 16)
     want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
     got = FastVerifier(model)(tokens, fast_cache, parents)
@@ -116,7 +117,7 @@ def test_given_ancestor_mask_is_used_as_is():
     from weaver.spec.tree import DraftTree
 
     model = _model("tiny-llama")
-    tree = DraftTree.chain(torch.tensor([3, 4]), torch.tensor([[5, 6, 7], [8, 9, 10]]))
+    tree = DraftTree.chain(torch.tensor([3, 4], device=DEVICE), torch.tensor([[5, 6, 7], [8, 9, 10]], device=DEVICE))
     assert tree.ancestors.stride(0) == 0
     caches = [model.allocate_cache(2, 16) for _ in range(3)]
     want = model(tree.tokens, caches[0], parents=tree.parents, depth=tree.depth)

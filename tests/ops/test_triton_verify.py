@@ -19,6 +19,7 @@ from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 from weaver.ops import triton as wt
 from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_attention_ref, tree_rope_kv_write_ref
 from weaver.ops.tree import ancestor_mask, node_depth
+from weaver.ops.triton import decode as gemv_module
 from weaver.ops.triton import tuning
 from weaver.ops.triton.decode import GemmTiles
 from weaver.testing import assert_close, root_path
@@ -74,10 +75,11 @@ def _inv_freq(d: int, rot_frac: float) -> torch.Tensor:
     norm_out=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     tiles=st.sampled_from(TILES),  # None: the default launch
+    late_norm=st.booleans(),  # WEAVER_GEMM_NORM=late: 1/rms applied to the accumulator (no first pass)
     seed=st.integers(0, 10_000),
 )
 def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, norm_out, dtype, tiles,
-                                                seed):
+                                                late_norm, seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
@@ -87,7 +89,12 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     out_dtype = torch.float32 if fp32_out else None
     normed = torch.full_like(x, float("nan")) if norm_out else None
     kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
-    got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True, tiles=tiles)
+    saved, gemv_module.GEMM_NORM_LATE = gemv_module.GEMM_NORM_LATE, late_norm
+    try:
+        got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True, tiles=tiles)
+        default = wt.fused_gemv(x, w, **kw) if m >= 16 and not norm_out and tiles is None else None
+    finally:
+        gemv_module.GEMM_NORM_LATE = saved
 
     def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
         return t.double() if t is not None and dtype == torch.float32 else t
@@ -97,8 +104,26 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     assert_close("fused_gemv rows", want, got, TOL[dtype])
     if norm_out:
         assert_close("norm_out", rms_norm_ref(exact(x), exact(nw), 1e-5), normed, TOL[dtype])
-    if m >= 16 and not norm_out and tiles is None:  # the default dispatch takes the row tiles from 16 rows on
-        assert torch.equal(wt.fused_gemv(x, w, **kw), got)
+    if default is not None:  # the default dispatch takes the row tiles from 16 rows on
+        assert torch.equal(default, got)
+
+
+@pytest.mark.parametrize("row_tiles", [False, True])
+def test_fused_gemv_writes_into_a_column_slice(row_tiles):
+    """out= a column slice of a wider buffer (two GEMMs filling one q | kv row): the rest is left alone."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(17, 24, generator=gen).to(DEVICE)
+    w = torch.randn(10, 24, generator=gen).to(DEVICE)
+    nw = (1 + 0.3 * torch.randn(24, generator=gen)).to(DEVICE)
+    buf = torch.full((17, 16), float("nan"), device=DEVICE)
+    got = wt.fused_gemv(x, w, norm_weight=nw, row_tiles=row_tiles, out=buf[:, 4:14])
+    assert got.data_ptr() == buf[:, 4:14].data_ptr()
+    assert_close("out slice", fused_gemv_ref(x, w, norm_weight=nw), buf[:, 4:14], 1e-5)
+    assert buf[:, :4].isnan().all() and buf[:, 14:].isnan().all()
+    with pytest.raises(ValueError, match="out must be"):
+        wt.fused_gemv(x, w, out=buf[:, :9])
+    with pytest.raises(ValueError, match="out must be"):
+        wt.fused_gemv(x, w, out=buf[:, :10].double())
 
 
 def test_fused_gemv_rejects_bad_norm_out():

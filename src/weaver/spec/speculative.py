@@ -53,7 +53,9 @@ class SpeculativeDecoder:
         self._sync = timer or (lambda: None)
         self._graphs: dict[tuple, object] = {}  # captured rounds (spec.round_graphs), per config and cache
         self.fast_verify = _fast_verifier(target)  # fused Triton tree verify on CUDA, when the model allows
-        self.compile_stages = compile_stages()  # torch.compile'd before capture
+        self.fast_draft = _fast_drafter(drafter, target)  # fused Triton draft on CUDA, when the drafter allows
+        # torch.compile'd before capture; a fused draft is already a few launches per layer
+        self.compile_stages = tuple(s for s in compile_stages() if not (s == "draft" and self.fast_draft))
         if adapter is not None:
             adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
 
@@ -109,7 +111,8 @@ class SpeculativeDecoder:
     # The five stages, captured by `spec.round_graphs` into one graph per round or one each (no host syncs).
     def stage_draft(self, state: SpecState):
         """1) draft: marginals of the next block-1 tokens after the root."""
-        return self.drafter.draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
+        draft = self.fast_draft or self.drafter.draft
+        return draft(state.context, state.root, self.target.model.embed_tokens, self.target.lm_head)
 
     def stage_build(self, state: SpecState, draft, cfg: SpecConfig) -> DraftTree:
         """2) build: a tree within the budget, carrying its ancestor mask (verify and accept share it)."""
@@ -241,6 +244,14 @@ def _fast_verifier(target: Decoder):
     from weaver.models.fast_verify import FastVerifier
 
     return FastVerifier(target)
+
+
+def _fast_drafter(drafter, target: Decoder):
+    """FastDrafter for a DFlash drafter on CUDA (WEAVER_FAST_DRAFT=0: the torch draft), else None."""
+    from weaver.spec.drafter import DFlashDrafter
+    from weaver.spec.fast_drafter import fast_drafter
+
+    return fast_drafter(drafter, target.lm_head) if isinstance(drafter, DFlashDrafter) else None
 
 
 class _Clock:
