@@ -19,7 +19,6 @@ if DEVICE == "cpu":  # before triton loads: the kernels run in its interpreter o
 
 import weaver  # noqa: E402
 from weaver.models.fast_verify import FastVerifier  # noqa: E402
-from weaver.models.presets import PRESETS  # noqa: E402
 from weaver.ops.tree import node_depth  # noqa: E402
 from weaver.testing import assert_close, random_root_paths  # noqa: E402
 
@@ -37,12 +36,9 @@ _MODELS: dict[str, torch.nn.Module] = {}
 
 
 def _model(preset: str):
-    """A tiny random model whose RMSNorm weights (layer, qk and final norms) are random too, not ones.
-    `<preset>-hd32`: the preset with heads of 32 (2 q / 1 kv), which the fused qkv + RoPE launch takes."""
+    """A tiny random model whose RMSNorm weights (layer, qk and final norms) are random too, not ones."""
     if preset not in _MODELS:
-        name, wide, _ = preset.partition("-hd32")
-        cfg = {**PRESETS[name], "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32} if wide else name
-        model = weaver.LLM.from_config(cfg, seed=5, device=DEVICE, dtype="fp32").model
+        model = weaver.LLM.from_config(preset, seed=5, device=DEVICE, dtype="fp32").model
         gen = torch.Generator().manual_seed(6)
         for name, param in model.named_parameters():
             if "norm" in name:
@@ -52,11 +48,9 @@ def _model(preset: str):
 
 
 @pytest.mark.parametrize("tree", sorted(TREES))
-@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3", "tiny-llama-hd32", "tiny-qwen3-hd32"])
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
 @torch.no_grad()
-def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeypatch):
-    """The -hd32 models run WEAVER_VERIFY_QKV_ROPE=1 (norm + qkv + qk-norm + RoPE + K/V write in one launch)."""
-    monkeypatch.setenv("WEAVER_VERIFY_QKV_ROPE", "1" if preset.endswith("hd32") else "0")
+def test_fast_verify_matches_forward_then_commit_continues(preset, tree):
     model = _model(preset)
     gen = torch.Generator().manual_seed(len(tree) + len(preset))
     vocab = model.config.vocab_size
@@ -72,9 +66,7 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree, monkeyp
     tokens = torch.randint(0, vocab, parents.shape, generator=gen).to(DEVICE)
 
     want = model(tokens, ref_cache, parents=parents, depth=depth, capture_layers=(0, 2))
-    verifier = FastVerifier(model)
-    assert verifier.qkv_rope == preset.endswith("hd32")
-    got = verifier(tokens, fast_cache, parents, depth, capture_layers=(0, 2))
+    got = FastVerifier(model)(tokens, fast_cache, parents, depth, capture_layers=(0, 2))
     assert got.logits.dtype == torch.float32
     assert_close("logits", want.logits, got.logits, 1e-5)
     assert_close("hidden", want.hidden, got.hidden, 1e-5)
@@ -125,3 +117,20 @@ def test_given_ancestor_mask_is_used_as_is():
     fast = FastVerifier(model)(tree.tokens, caches[2], tree.parents, tree.depth, ancestors=tree.ancestor_mask())
     assert torch.equal(want.logits, given.logits)
     assert_close("fast verify", want.logits, fast.logits, 1e-5)
+
+
+@pytest.mark.parametrize("fused", ["1", "0"])
+@torch.no_grad()
+def test_rope_inside_attention_or_not(fused, monkeypatch):
+    """WEAVER_ROPE_ATTENTION=0 keeps RoPE + K/V write as its own launch; both give the reference's logits."""
+    monkeypatch.setenv("WEAVER_ROPE_ATTENTION", fused)
+    model = _model("tiny-qwen3")
+    parents = torch.tensor([TREES["deep"][0]], device=DEVICE)
+    tokens = torch.arange(3, 3 + parents.shape[1], device=DEVICE)[None]
+    ref_cache, fast_cache = model.allocate_cache(1, 24), model.allocate_cache(1, 24)
+    want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
+    verifier = FastVerifier(model)
+    assert verifier.rope_attention == (fused == "1")
+    got = verifier(tokens, fast_cache, parents)
+    assert_close("logits", want.logits, got.logits, 1e-5)
+    assert_close("layer 1 k", ref_cache.layers[1].k, fast_cache.layers[1].k, 1e-5)

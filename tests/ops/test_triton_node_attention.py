@@ -174,30 +174,3 @@ def test_node_attention_grouped_query_heads(heads: int, kv_heads: int, dtype: to
     torch.testing.assert_close(out.double().cpu(), want.cpu(), **tol(dtype))
     with pytest.raises(ValueError, match="Hkv"):
         node_attention(q, k[:, :1].expand(2, 4, 70, k.shape[3])[:, : heads - 1 if heads > 4 else 3], v, mask)
-
-
-@pytest.mark.parametrize("kv_heads", [2, 4])
-def test_drafter_block_attention_through_the_kernel(monkeypatch, kv_heads: int) -> None:
-    """WEAVER_DRAFT_ATTENTION=triton: the drafter's block attention through the kernel (interpreted here; on
-    CUDA `attend_nodes` picks it) drafts the same logits as SDPA, sliding-window layers and GQA included."""
-    import sys
-    from pathlib import Path
-
-    import weaver.spec.drafter as drafter_module
-    from weaver.ops.triton.node_attention import node_attention
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "spec"))
-    from test_drafter import make_drafter, random_features, run, target_io
-
-    drafter = make_drafter(layer_types=["sliding_attention", "full_attention"], sliding_window=4,
-                           num_key_value_heads=kv_heads).to(DEVICE)  # fmt: skip
-    embed, head = (t.to(DEVICE) for t in target_io())
-    features = random_features(drafter, 2, 10).to(DEVICE)
-    want, _ = run(drafter, features, [10, 4], [3, 5], embed, head)
-    calls = []
-    monkeypatch.setattr(drafter_module, "attend_nodes", lambda *a: calls.append(1) or node_attention(*a))
-    for layer in drafter.layers:
-        layer.self_attn.triton_attention = True
-    got, _ = run(drafter, features, [10, 4], [3, 5], embed, head)
-    assert len(calls) == len(drafter.layers)
-    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)

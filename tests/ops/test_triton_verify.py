@@ -19,7 +19,6 @@ from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 from weaver.ops import triton as wt
 from weaver.ops.decode import fused_gemv_ref, rms_norm_ref, tree_attention_ref, tree_rope_kv_write_ref
 from weaver.ops.tree import ancestor_mask, node_depth
-from weaver.ops.triton import decode as gemv_module
 from weaver.ops.triton import tuning
 from weaver.ops.triton.decode import GemmTiles
 from weaver.testing import assert_close, root_path
@@ -75,11 +74,10 @@ def _inv_freq(d: int, rot_frac: float) -> torch.Tensor:
     norm_out=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     tiles=st.sampled_from(TILES),  # None: the default launch
-    late_norm=st.booleans(),  # WEAVER_GEMM_NORM=late: 1/rms applied to the accumulator (no first pass)
     seed=st.integers(0, 10_000),
 )
 def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, norm_out, dtype, tiles,
-                                                late_norm, seed):
+                                                seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
@@ -89,12 +87,7 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     out_dtype = torch.float32 if fp32_out else None
     normed = torch.full_like(x, float("nan")) if norm_out else None
     kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
-    saved, gemv_module.GEMM_NORM_LATE = gemv_module.GEMM_NORM_LATE, late_norm
-    try:
-        got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True, tiles=tiles)
-        default = wt.fused_gemv(x, w, **kw) if m >= 16 and not norm_out and tiles is None else None
-    finally:
-        gemv_module.GEMM_NORM_LATE = saved
+    got = wt.fused_gemv(x, w, **kw, norm_out=normed, row_tiles=True, tiles=tiles)
 
     def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
         return t.double() if t is not None and dtype == torch.float32 else t
@@ -104,8 +97,8 @@ def test_fused_gemv_row_tiles_matches_reference(m, k, n, norm, swiglu, residual,
     assert_close("fused_gemv rows", want, got, TOL[dtype])
     if norm_out:
         assert_close("norm_out", rms_norm_ref(exact(x), exact(nw), 1e-5), normed, TOL[dtype])
-    if default is not None:  # the default dispatch takes the row tiles from 16 rows on
-        assert torch.equal(default, got)
+    if m >= 16 and not norm_out and tiles is None:  # the default dispatch takes the row tiles from 16 rows on
+        assert torch.equal(wt.fused_gemv(x, w, **kw), got)
 
 
 @pytest.mark.parametrize("row_tiles", [False, True])
@@ -244,6 +237,62 @@ def test_tree_attention_matches_reference(rows, heads, d, prefix, blocks, dtype,
                             block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
     want = tree_attention_ref(q, ck, cv, lengths, anc, h, hkv)
     assert_close("tree_attention", want, got, TOL[dtype])
+
+
+@settings(max_examples=5 if FULL else 25, deadline=None)
+@given(
+    rows=trees(max_b=2, max_t=64 if FULL else 20),
+    heads=st.sampled_from(HEADS),
+    d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
+    rot_frac=st.sampled_from([1.0, 0.25]),
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
+    qk_norm=st.booleans(),
+    blocks=st.sampled_from([(None, None, None, None), (16, 16, None, None), (16, 32, 2, 1), (32, 16, 8, 4)]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_tree_attention_rope_equals_the_two_launches(rows, heads, d, rot_frac, prefix, qk_norm, blocks, dtype, seed):
+    """One launch = tree_rope_kv_write then tree_attention: the same output and the same caches afterwards
+    (the tree's slots written once, stale slots past the tree untouched)."""
+    parents, lengths, ck, cv, _ = _attention_inputs(rows, heads, d, prefix, dtype, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    b, t = parents.shape
+    h, hkv = heads
+    qkv = torch.randn(b * t, (h + 2 * hkv) * d, generator=gen).to(dtype).to(DEVICE)
+    qn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype).to(DEVICE) if qk_norm else None
+    kn = (1 + 0.2 * torch.randn(d, generator=gen)).to(dtype).to(DEVICE) if qk_norm else None
+    depth, anc = node_depth(parents).to(DEVICE), ancestor_mask(parents).to(DEVICE)
+    lengths, inv_freq = lengths.to(DEVICE), _inv_freq(d, rot_frac).to(DEVICE)
+    two = [ck.to(DEVICE), cv.to(DEVICE)]
+    one = [c.clone() for c in two]
+    q = wt.tree_rope_kv_write(qkv, *two, lengths, depth, inv_freq, h, hkv, qn, kn, eps=1e-6)
+    want = wt.tree_attention(q, *two, lengths, anc, h, hkv)
+    block_r, block_s, warps, stages = blocks
+    got = wt.tree_attention_rope(qkv, *one, lengths, depth, anc, inv_freq, h, hkv, qn, kn, eps=1e-6,
+                                 block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)  # fmt: skip
+    assert_close("tree_attention_rope", want, got, TOL[dtype])
+    assert torch.equal(two[0], one[0]) and torch.equal(two[1], one[1])
+
+
+def test_tree_attention_rope_drops_slots_past_capacity_and_checks_inputs():
+    gen = torch.Generator().manual_seed(0)
+    parents = torch.tensor([[-1, 0, 1, 1, 0]])
+    depth, anc = node_depth(parents).to(DEVICE), ancestor_mask(parents).to(DEVICE)
+    lengths = torch.tensor([3], device=DEVICE)
+    qkv = torch.randn(5, 3 * 16, generator=gen).to(DEVICE)
+    inv_freq = _inv_freq(16, 1.0).to(DEVICE)
+    big = [torch.zeros(1, 1, 8, 16, device=DEVICE) for _ in range(2)]
+    want = wt.tree_attention(wt.tree_rope_kv_write(qkv, *big, lengths, depth, inv_freq, 1, 1), *big, lengths, anc, 1, 1)
+    small = [torch.zeros(1, 1, 6, 16, device=DEVICE) for _ in range(2)]  # slots 6, 7 do not exist
+    got = wt.tree_attention_rope(qkv, *small, lengths, depth, anc, inv_freq, 1, 1)
+    assert_close("o", want, got, 1e-5)  # nodes 3, 4 still see their own K/V (from registers)
+    assert torch.equal(big[0][:, :, :6], small[0]) and torch.equal(big[1][:, :, :6], small[1])
+    with pytest.raises(ValueError, match="dtype of qkv"):
+        wt.tree_attention_rope(qkv, *(c.double() for c in small), lengths, depth, anc, inv_freq, 1, 1)
+    with pytest.raises(ValueError, match="anc"):
+        wt.tree_attention_rope(qkv, *small, lengths, depth, anc[:, :4], inv_freq, 1, 1)
+    with pytest.raises(ValueError, match="qkv must be"):
+        wt.tree_attention_rope(qkv[:4], *small, lengths, depth, anc, inv_freq, 1, 1)
 
 
 @settings(max_examples=12, deadline=None)

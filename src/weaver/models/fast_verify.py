@@ -1,4 +1,4 @@
-"""Tree verify of attention-only models in six fused Triton kernels per layer.
+"""Tree verify of attention-only models in five fused Triton kernels per layer.
 
 `Decoder.forward(tokens, cache, parents=..., depth=...)` is the reference; this is the same pass with
 the B T tree nodes as the rows of small GEMMs. Per layer: (input norm + qkv), (qk-norm + RoPE + K/V
@@ -7,9 +7,8 @@ write at slots lengths + j), (tree attention), (o + residual), (post norm + gate
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
 
-WEAVER_VERIFY_QKV_ROPE=1 (opt-in until timed on the H200: scripts/gpu/chain_levers_check.sh) merges the
-first two launches of a layer (`weaver.ops.triton.verify_qkv`: the qkv activations stay in registers) when
-RoPE spans the whole head.
+The second and third launches are one (`tree_attention_rope`: each attention program ropes the tree's K
+itself) unless WEAVER_ROPE_ATTENTION=0.
 """
 
 from __future__ import annotations
@@ -32,12 +31,7 @@ class FastVerifier(FusedPath):
 
     def __init__(self, model: Decoder) -> None:
         super().__init__(model)
-        head_dim = model.config.head_dim  # resolved by ModelConfig
-        self.qkv_rope = (
-            os.environ.get("WEAVER_VERIFY_QKV_ROPE", "0") == "1"
-            and 2 * model.rope_inv_freq.shape[0] == head_dim
-            and head_dim % 32 == 0
-        )
+        self.rope_attention = rope_in_attention()  # read once: a captured graph keeps what it launched
 
     def __call__(
         self,
@@ -61,19 +55,11 @@ class FastVerifier(FusedPath):
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = self.qk_norms(attn)
-            if self.qkv_rope:
-                q = k.qkv_rope_write(
-                    x, attn.fused.weight, layer.input_layernorm.weight, self.eps, layer_cache.k, layer_cache.v,
-                    cache.lengths, depth, m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm,
-                    qk_eps=self.eps,
-                )
-            else:
-                qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
-                q = k.tree_rope_kv_write(
-                    qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, m.rope_inv_freq,
-                    self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
-                )
-            o = k.tree_attention(q, layer_cache.k, layer_cache.v, cache.lengths, anc, self.num_heads, self.num_kv_heads)
+            qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
+            o = tree_attend(
+                k, self.rope_attention, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
+                m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm, self.eps,
+            )
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
             x = gemm(act, mlp.down_proj.weight, residual=x)
@@ -83,3 +69,23 @@ class FastVerifier(FusedPath):
         logits = gemm(x, m.lm_head.weight, norm_weight=m.model.norm.weight, out_dtype=torch.float32, norm_out=hidden)
         cap = torch.cat(captured, dim=-1) if captured else None
         return ForwardOutput(logits=logits.view(b, t, -1), hidden=hidden.view(b, t, -1), captured=cap)
+
+
+def rope_in_attention() -> bool:
+    """WEAVER_ROPE_ATTENTION (default 1): qk-norm + RoPE + K/V write inside the tree-attention launch."""
+    return os.environ.get("WEAVER_ROPE_ATTENTION", "1") != "0"
+
+
+def tree_attend(
+    kernels, fused: bool, qkv: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor,
+    depth: torch.Tensor, anc: torch.Tensor, inv_freq: torch.Tensor, num_heads: int, num_kv_heads: int,
+    q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
+) -> torch.Tensor:
+    """Tree attention of the B T rows of a fused q | k | v projection, their K/V written at slots lengths + j:
+    one launch (`tree_attention_rope`) when `fused`, else `tree_rope_kv_write` then `tree_attention`."""
+    args = (lengths, depth, anc, inv_freq, num_heads, num_kv_heads, q_norm, k_norm)
+    if fused:
+        return kernels.tree_attention_rope(qkv, cache_k, cache_v, *args, eps=eps)
+    q = kernels.tree_rope_kv_write(qkv, cache_k, cache_v, lengths, depth, inv_freq, num_heads, num_kv_heads,
+                                   q_norm, k_norm, eps=eps)  # fmt: skip
+    return kernels.tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads)

@@ -24,7 +24,6 @@ attends over the whole buffer with a mask, so nothing is concatenated and every 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +39,6 @@ from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope, rope_cos_sin, rope_inv_freq
 from weaver.ops.decode import rms_norm_ref
-from weaver.ops.node_attention import attend_nodes
 from weaver.spec import drafter_io
 from weaver.spec.drafter_io import DrafterConfig, build_target_layer_ids
 
@@ -102,10 +100,6 @@ class DrafterAttention(nn.Module):
         self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
         self.fused_kv: FusedLinear | None = None  # set by DFlashDrafter.fuse_projections: k and v in one GEMM
-        # WEAVER_DRAFT_ATTENTION=triton: the block's attention through `attend_nodes` (one Triton program per
-        # batch row and head on CUDA, ~4 us against cuDNN SDPA's ~9 plus its mask preparation); opt-in until
-        # timed on the H200 (scripts/gpu/chain_levers_check.sh)
-        self.triton_attention = os.environ.get("WEAVER_DRAFT_ATTENTION", "sdpa") == "triton"
 
     def key_value(self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """K, V [B, Hkv, T, D] of rows x [B, T, H] (context features or normed block rows)."""
@@ -129,13 +123,9 @@ class DrafterAttention(nn.Module):
         q = apply_rope(q, *rope)
         k, v = self.key_value(x, rope)
         write_slots(k_cache, v_cache, slots, k, v)
-        if self.triton_attention:
-            rows = mask[:, 0].expand(b, t, mask.shape[-1])  # [B, Bk, S] (a window-free mask has one row)
-            out = attend_nodes(q, k_cache, v_cache, rows)  # [B, heads, Bk, D], token-major on CUDA
-        else:
-            out = F.scaled_dot_product_attention(  # [B, heads, Bk, D]
-                q, k_cache, v_cache, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
-            )
+        out = F.scaled_dot_product_attention(  # [B, heads, Bk, D]
+            q, k_cache, v_cache, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
+        )
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 

@@ -2,7 +2,8 @@
 
 `DFlashDrafter.draft` is the reference (torch.compile'd on GPU it is ~55 kernels for a 3-layer drafter at
 Bk = 16). Here, per layer: (input norm + q) and (input norm + k|v) into one q|k|v buffer, (qk-norm + RoPE +
-K/V write at the block's slots), (block attention over context + block), (o + residual), (post norm +
+K/V write at the block's slots + block attention over context + block: one launch, as in the fast verify;
+two with WEAVER_ROPE_ATTENTION=0), (o + residual), (post norm +
 gate/up + SiLU*up), (down + residual); then one launch for the final norm + LM head of rows 1..Bk-1, which
 also hands out the normed hidden. The block is a "tree" to the verify kernels: node j at depth j (position
 start + j, slot start + j), every row sees the whole context, and inside the block every node
@@ -20,6 +21,7 @@ from functools import partial
 import torch
 from torch import nn
 
+from weaver.models.fast_verify import rope_in_attention, tree_attend
 from weaver.spec.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
 
@@ -49,7 +51,9 @@ class FastDrafter:
         self.kernels, self.drafter = kernels, drafter
         cfg = drafter.config
         self.eps = cfg.rms_norm_eps
-        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = cfg.head_dim
+        self.rope_attention = rope_in_attention()  # as the fast verify: RoPE + K/V write inside the attention
         bk = cfg.block_size
         device = drafter.device
         self.depth = torch.arange(bk, device=device)[None]  # [1, Bk]: node j of the block sits at start + j
@@ -73,11 +77,10 @@ class FastDrafter:
             attn, mlp, ln = layer.self_attn, layer.mlp, layer.input_layernorm.weight
             gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd])
             gemm(x, attn.fused_kv.weight, norm_weight=ln, out=qkv[:, h * hd :])
-            q = k.tree_rope_kv_write(
-                qkv, k_cache, v_cache, ctx.lengths, depth, d.rope_inv_freq, h, hkv,
-                attn.q_norm.weight, attn.k_norm.weight, eps=self.eps,
+            o = tree_attend(
+                k, self.rope_attention, qkv, k_cache, v_cache, ctx.lengths, depth, self.visible[i].expand(b, bk, bk),
+                d.rope_inv_freq, h, hkv, attn.q_norm.weight, attn.k_norm.weight, self.eps,
             )
-            o = k.tree_attention(q, k_cache, v_cache, ctx.lengths, self.visible[i].expand(b, bk, bk), h, hkv)
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
             x = gemm(act, mlp.down_proj.weight, residual=x)

@@ -13,7 +13,6 @@ a program takes BLOCK_M rows and reads its weight tile once for all of them.
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -40,11 +39,6 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[in
 
 
 ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
-# The row-tiled kernel's RMSNorm: "pre" computes each row's 1/rms in a first pass over x, then multiplies the
-# normalised rows (the unfused norm's rounding points); "late" accumulates sum(x^2) in the GEMM's own K loop
-# and scales the fp32 accumulator by 1/rms at the end (no dependent first pass before the weight loads; the
-# normalised input is not rounded to the activation dtype first). WEAVER_GEMM_NORM; tests set the attribute.
-GEMM_NORM_LATE = os.environ.get("WEAVER_GEMM_NORM", "pre") == "late"
 
 
 class GemmTiles(NamedTuple):
@@ -265,7 +259,6 @@ def _gemm_rows_kernel(
     stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    NORM_LATE: tl.constexpr = False,
 ):
     i_n = tl.program_id(0)
     i_m = tl.program_id(1)
@@ -278,21 +271,14 @@ def _gemm_rows_kernel(
     mask_n = o_n < N_OUT
     p_x = x_ptr + o_m[:, None] * stride_xm
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if NORM and not NORM_LATE:  # RMSNorm statistics of every row of the tile, recomputed by every program
+    if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
         rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
-    sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         o_k = k0 + o_k0
         mask_k = o_k < K
-        if NORM_LATE:  # x * weight now, 1 / rms(x) on the accumulator after the loop
-            b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, False, dtype)
-            sq += b_x * b_x
-            b_nw = tl.load(norm_ptr + o_k, mask=mask_k, other=0.0).to(tl.float32)
-            b_x = _round(b_x * b_nw[None, :], dtype)
-        else:
-            b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM, dtype)
+        b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM, dtype)
         if NORM_OUT:
             if i_n == 0:  # the first column of programs hands the normalised rows out
                 p_no = nout_ptr + o_m[:, None] * stride_nm + o_k[None, :]
@@ -303,10 +289,6 @@ def _gemm_rows_kernel(
         if SWIGLU:
             b_up = tl.load(p_w + HALF * stride_wn, mask=mask_w, other=0.0)
             acc_up += _dot_rows(b_x, b_up, dtype, w_dtype, INTERPRET)
-    if NORM_LATE:
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
-        acc = acc * rstd[:, None]
-        acc_up = acc_up * rstd[:, None]
     y = acc
     if SWIGLU:
         gate = _round(acc, dtype)
@@ -334,7 +316,6 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        NORM_LATE=GEMM_NORM_LATE and norm_weight is not None and norm_out is None,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out

@@ -31,20 +31,19 @@ from weaver.ops.triton.decode import _round
 
 
 @triton.jit
-def _heads_rope(
-    src, o_h, mask_h, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
+def _rope_rows(
+    p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
     QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    """Heads [BLOCK_H, BLOCK_D] of one node's q or k in fp32: [RMSNorm ->] RoPE on the first ROT dims.
-
-    The 2-D form of decode's `_head_vector`, with the same rounding points."""
+    """Head rows [R, BLOCK_D] in fp32 (p_rows: [R, 1] pointers to each head's first element, pos [R] their
+    positions): [RMSNorm ->] RoPE on the first ROT dims, with the rounding points of decode's `_head_vector`."""
     HALF: tl.constexpr = ROT // 2
-    mask = mask_h[:, None] & (o_d < D)[None, :]
+    mask = mask_r[:, None] & (o_d < D)[None, :]
     partner = tl.where(o_d < HALF, o_d + HALF, o_d - HALF)
     in_rot = o_d < ROT
     mask_p = mask & in_rot[None, :]
-    x = tl.load(src + o_h[:, None] * D + o_d[None, :], mask=mask, other=0.0).to(tl.float32)
-    xp = tl.load(src + o_h[:, None] * D + partner[None, :], mask=mask_p, other=0.0).to(tl.float32)
+    x = tl.load(p_rows + o_d[None, :], mask=mask, other=0.0).to(tl.float32)
+    xp = tl.load(p_rows + partner[None, :], mask=mask_p, other=0.0).to(tl.float32)
     if QK_NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
         w = tl.load(norm_ptr + o_d, mask=o_d < D, other=0.0).to(tl.float32)
@@ -52,12 +51,22 @@ def _heads_rope(
         x = _round(_round(x * rstd[:, None], DTYPE) * w[None, :], DTYPE)
         xp = _round(_round(xp * rstd[:, None], DTYPE) * wp[None, :], DTYPE)
     freq = tl.load(inv_freq_ptr + (o_d % HALF), mask=in_rot, other=0.0)
-    angle = pos.to(tl.float32) * freq
-    cos = _round(tl.cos(angle), DTYPE)[None, :]
-    sin = _round(tl.sin(angle), DTYPE)[None, :]
+    angle = pos.to(tl.float32)[:, None] * freq[None, :]
+    cos = _round(tl.cos(angle), DTYPE)
+    sin = _round(tl.sin(angle), DTYPE)
     signed = tl.where((o_d < HALF)[None, :], -xp, xp)
     rotated = _round(_round(x * cos, DTYPE) + _round(signed * sin, DTYPE), DTYPE)
     return _round(tl.where(in_rot[None, :], rotated, x), DTYPE)
+
+
+@triton.jit
+def _heads_rope(
+    src, o_h, mask_h, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
+    QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
+):
+    """Heads [BLOCK_H, BLOCK_D] of one node's q or k (at position pos) in fp32: `_rope_rows` of its heads."""
+    p_rows = src + o_h[:, None] * D
+    return _rope_rows(p_rows, mask_h, o_d, D, ROT, pos + 0 * o_h, inv_freq_ptr, norm_ptr, eps, QK_NORM, DTYPE)
 
 
 @triton.jit
@@ -242,16 +251,9 @@ def tree_attention(
     out = torch.empty(b * t, num_heads * d, device=q.device, dtype=q.dtype)
     rows = t * (num_heads // num_kv_heads)
     interpret = interpreting()
-    if block_r is None and block_s is None and num_warps is None and num_stages is None:
-        found = tuning.tuned("tree_attention", tuning.attention_key(b * t, num_heads, num_kv_heads, d, q.dtype))
-        if found is not None:
-            block_r, block_s, num_warps, num_stages = found
-    if block_r is None:
-        block_r = max(16, min(128, triton.next_power_of_2(rows))) if interpret else 32
-    block_s = block_s or (128 if interpret else 64)
-    num_warps, num_stages = num_warps or 4, num_stages or 3
-    if min(block_r, block_s) < 16 or block_r & (block_r - 1) or block_s & (block_s - 1):
-        raise ValueError(f"block_r and block_s must be powers of two >= 16 (tl.dot), got {block_r}, {block_s}")
+    block_r, block_s, num_warps, num_stages = _attention_launch(
+        b * t, rows, num_heads, num_kv_heads, d, q.dtype, block_r, block_s, num_warps, num_stages
+    )
     _tree_attention_kernel[(triton.cdiv(rows, block_r), b * num_kv_heads)](
         q, cache_k, cache_v, lengths, anc, out,
         t, d**-0.5,
@@ -259,6 +261,146 @@ def tree_attention(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpret,
         BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out
+
+
+def _attention_launch(
+    nodes: int, rows: int, num_heads: int, num_kv_heads: int, d: int, dtype: torch.dtype,
+    block_r: int | None, block_s: int | None, num_warps: int | None, num_stages: int | None,
+) -> tuple[int, int, int, int]:
+    """(block_r, block_s, num_warps, num_stages) of a tree-attention launch: the given ones; with none given,
+    the WEAVER_TRITON_TUNING entry of the shape; then the defaults (few large programs when interpreted)."""
+    if block_r is None and block_s is None and num_warps is None and num_stages is None:
+        found = tuning.tuned("tree_attention", tuning.attention_key(nodes, num_heads, num_kv_heads, d, dtype))
+        if found is not None:
+            block_r, block_s, num_warps, num_stages = found
+    if block_r is None:
+        block_r = max(16, min(128, triton.next_power_of_2(rows))) if interpreting() else 32
+    block_s = block_s or (128 if interpreting() else 64)
+    if min(block_r, block_s) < 16 or block_r & (block_r - 1) or block_s & (block_s - 1):
+        raise ValueError(f"block_r and block_s must be powers of two >= 16 (tl.dot), got {block_r}, {block_s}")
+    return block_r, block_s, num_warps or 4, num_stages or 3
+
+
+@triton.jit
+def _tree_attention_rope_kernel(
+    qkv_ptr, k_ptr, v_ptr, len_ptr, depth_ptr, anc_ptr, inv_freq_ptr, qn_ptr, kn_ptr, out_ptr,
+    T, S, scale, eps,
+    stride_qkv, stride_db, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
+    H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
+    INTERPRET: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    i_r = tl.program_id(0)  # a block of (node, query head) rows ...
+    i_bh = tl.program_id(1)  # ... of one batch row and kv head
+    GROUP: tl.constexpr = H // HKV
+    i_b = i_bh // HKV
+    i_kvh = i_bh % HKV
+    dtype = qkv_ptr.dtype.element_ty
+    length = tl.load(len_ptr + i_b)
+    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_i = o_r // GROUP  # query node
+    o_h = i_kvh * GROUP + o_r % GROUP  # query head
+    mask_r = o_i < T
+    o_d = tl.arange(0, BLOCK_D)
+    mask_d = o_d < D
+    p_node = qkv_ptr + (i_b * T + o_i)[:, None] * stride_qkv  # [BLOCK_R, 1]: the query nodes' qkv rows
+    pos_i = length + tl.load(depth_ptr + i_b * stride_db + o_i, mask=mask_r, other=0)
+    b_q = _rope_rows(p_node + o_h[:, None] * D, mask_r, o_d, D, ROT, pos_i, inv_freq_ptr, qn_ptr, eps, QK_NORM, dtype)
+    b_q = b_q.to(dtype)
+    p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
+    p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    o_s0 = tl.arange(0, BLOCK_S)
+    for start in range(0, length, BLOCK_S):  # the committed prefix from the cache: visible to every row
+        o_s = start + o_s0
+        mask_s = o_s < length
+        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
+        scores = _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
+        scores = tl.where(mask_s[None, :], scores, float("-inf"))
+        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    for start in range(0, T, BLOCK_S):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
+        o_j = start + o_s0
+        mask_j = o_j < T
+        p_tree = qkv_ptr + (i_b * T + o_j)[:, None] * stride_qkv  # [BLOCK_S, 1]
+        pos_j = length + tl.load(depth_ptr + i_b * stride_db + o_j, mask=mask_j, other=0)
+        b_k = _rope_rows(p_tree + (H + i_kvh) * D, mask_j, o_d, D, ROT, pos_j, inv_freq_ptr, kn_ptr, eps, QK_NORM,
+                         dtype).to(dtype)  # fmt: skip
+        mask_kv = mask_j[:, None] & mask_d[None, :]
+        b_v = tl.load(p_tree + (H + HKV + i_kvh) * D + o_d[None, :], mask=mask_kv, other=0.0)
+        if i_r == 0:  # one program per (row, kv head) hands the tree's K/V to the cache, at slot length + j
+            o_s = length + o_j
+            p_slot = o_s[:, None] * stride_cs + o_d[None, :]
+            mask_w = mask_kv & (o_s < S)[:, None]  # a tree past the capacity is dropped, never written out of bounds
+            tl.store(p_k + p_slot, b_k.to(k_ptr.dtype.element_ty), mask=mask_w)
+            tl.store(p_v + p_slot, b_v.to(v_ptr.dtype.element_ty), mask=mask_w)
+        p_anc = anc_ptr + i_b * stride_ab + o_i[:, None] * stride_ai + o_j[None, :] * stride_aj
+        visible = tl.load(p_anc, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0  # [BLOCK_R, BLOCK_S]
+        scores = tl.where(visible, _dot_lp(b_q, tl.trans(b_k), dtype, INTERPRET) * scale, float("-inf"))
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    l_i = tl.where(l_i > 0, l_i, 1.0)  # pad rows of the block (every real row sees at least itself)
+    p_o = out_ptr + (i_b * T + o_i)[:, None] * stride_o + o_h[:, None] * D + o_d[None, :]
+    tl.store(p_o, _round(acc / l_i[:, None], dtype).to(dtype), mask=mask_r[:, None] & mask_d[None, :])
+
+
+def tree_attention_rope(
+    qkv: torch.Tensor,  # [B T, (H + 2 Hkv) D]: the fused q | k | v projection, node-major per row
+    cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D, the dtype of qkv
+    cache_v: torch.Tensor,
+    lengths: torch.Tensor,  # [B] long: committed tokens per row
+    depth: torch.Tensor,  # [B, T] long: node depths (root 0)
+    anc: torch.Tensor,  # [B, T, T] bool: ancestor-or-self mask
+    inv_freq: torch.Tensor,  # [rot/2] fp32
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,  # [D] per-head RMSNorm weights (qwen3)
+    k_norm: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    block_r: int | None = None,
+    block_s: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> torch.Tensor:
+    """`tree_attention(tree_rope_kv_write(qkv, ...), ...)` in one launch: o [B T, H D], K/V written alike.
+
+    The programs of a (row, kv head) need every tree node's K/V, which no other launch has written yet, so
+    each computes them from the qkv rows (T x D of k-norm + RoPE, cheap beside the attention) and the first
+    hands them to the cache. Launch parameters as `tree_attention` (its tuning entries)."""
+    check_device(qkv, cache_k, cache_v, lengths, depth, anc, inv_freq)
+    b, _, s, d = cache_k.shape
+    t = depth.shape[-1]
+    if depth.shape != (b, t) or lengths.shape != (b,) or anc.shape != (b, t, t):
+        raise ValueError(f"need lengths [{b}], depth [{b}, T], anc [{b}, T, T], got {tuple(lengths.shape)}, "
+                         f"{tuple(depth.shape)}, {tuple(anc.shape)}")
+    width = (num_heads + 2 * num_kv_heads) * d
+    if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
+        raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
+    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
+        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+    if cache_k.dtype != qkv.dtype or cache_v.dtype != qkv.dtype:
+        raise ValueError(f"the caches must have the dtype of qkv ({qkv.dtype}), got {cache_k.dtype}, {cache_v.dtype}")
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
+    if anc.dtype == torch.bool:
+        anc = anc.view(torch.uint8)
+    out = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
+    inv_freq = inv_freq.float().contiguous()
+    block_r, block_s, num_warps, num_stages = _attention_launch(
+        b * t, t * (num_heads // num_kv_heads), num_heads, num_kv_heads, d, qkv.dtype,
+        block_r, block_s, num_warps, num_stages,
+    )
+    _tree_attention_rope_kernel[(triton.cdiv(t * (num_heads // num_kv_heads), block_r), b * num_kv_heads)](
+        qkv, cache_k, cache_v, lengths, depth, anc, inv_freq,
+        q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, out,
+        t, s, d**-0.5, eps,
+        qkv.stride(0), depth.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
+        cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
+        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
+        INTERPRET=interpreting(), BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out
