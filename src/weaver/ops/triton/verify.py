@@ -266,6 +266,9 @@ def tree_attention(
     return out
 
 
+ROPE_TREE_TILE = 16  # tree nodes per step of tree_attention_rope: 64-node tiles of roped K spill on sm_90
+
+
 def _attention_launch(
     nodes: int, rows: int, num_heads: int, num_kv_heads: int, d: int, dtype: torch.dtype,
     block_r: int | None, block_s: int | None, num_warps: int | None, num_stages: int | None,
@@ -291,6 +294,7 @@ def _tree_attention_rope_kernel(
     stride_qkv, stride_db, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_T: tl.constexpr,
 ):
     i_r = tl.program_id(0)  # a block of (node, query head) rows ...
     i_bh = tl.program_id(1)  # ... of one batch row and kv head
@@ -323,8 +327,9 @@ def _tree_attention_rope_kernel(
         scores = tl.where(mask_s[None, :], scores, float("-inf"))
         b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
         m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
-    for start in range(0, T, BLOCK_S):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
-        o_j = start + o_s0
+    o_t0 = tl.arange(0, BLOCK_T)  # tree tiles: smaller than the prefix's (their K is roped in registers)
+    for start in range(0, T, BLOCK_T):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
+        o_j = start + o_t0
         mask_j = o_j < T
         p_tree = qkv_ptr + (i_b * T + o_j)[:, None] * stride_qkv  # [BLOCK_S, 1]
         pos_j = length + tl.load(depth_ptr + i_b * stride_db + o_j, mask=mask_j, other=0)
@@ -401,6 +406,6 @@ def tree_attention_rope(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         INTERPRET=interpreting(), BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
-        num_warps=num_warps, num_stages=num_stages,
+        BLOCK_T=ROPE_TREE_TILE, num_warps=num_warps, num_stages=num_stages,
     )
     return out
