@@ -4,6 +4,7 @@
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --node-attention --T   # Weaver step
     ... --adapter-gemv --frontier --verify-qkv --T   # Weaver step GEMVs, builder bookkeeping, verify qkv+RoPE
+    ... --vocab-top1 --T   # greedy argmax + max log-softmax over the vocabulary
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -33,7 +34,7 @@ tk = importlib.import_module("weaver.ops.triton.topk")
 na = importlib.import_module("weaver.ops.triton.node_attention")
 dc = importlib.import_module("weaver.ops.triton.decode")
 wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
-vq = importlib.import_module("weaver.ops.triton.verify_qkv")
+vt = importlib.import_module("weaver.ops.triton.vocab_top1")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -167,20 +168,20 @@ def check_weaver_frontier() -> list[str]:
     ]  # fmt: skip
 
 
-def check_verify_qkv() -> list[str]:
-    """The verify's fused norm + qkv + RoPE + K/V launch at SmolLM2's attention (hidden 576, 9 / 3 heads of 64),
-    with and without qk-norm, as the launcher configures it."""
+def check_vocab_top1() -> list[str]:
+    """The greedy top-1's two launches (chunk partials, row combine) at the drafter's and the target's
+    vocabularies (49152, 151936), fp32 and bf16 logits of contiguous rows, as the launcher configures them."""
     out = []
-    args = dict(x_ptr="*bf16", w_ptr="*bf16", norm_ptr="*bf16", k_ptr="*bf16", v_ptr="*bf16", len_ptr="*i64",
-                depth_ptr="*i64", inv_freq_ptr="*fp32", qn_ptr="*bf16", kn_ptr="*bf16", q_ptr="*bf16", eps="fp32",
-                qk_eps="fp32")  # fmt: skip
-    strides = ("stride_xm", "stride_wn", "stride_db", "stride_cb", "stride_ch", "stride_cs", "stride_q")
-    args.update({n: "i32" for n in ("M", "K", "T", "S", *strides)})
-    block_m, block_k = vq.qkv_rope_config(576)  # the same tiles at 16 and 65 rows
-    for qk_norm in (False, True):
-        const = dict(H=9, HKV=3, D=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_M=block_m, BLOCK_K=block_k)
-        kern = compile_kernel(vq._qkv_rope_kernel, args, const, 4, divisible=strides)
-        out.append(report(f"qkv_rope qk_norm={qk_norm} BLOCK_M={block_m} BLOCK_K={block_k}", kern))
+    for V in (49152, 151936):
+        chunk, C, warps = vt.vocab_top1_config(V)
+        for el in ("fp32", "bf16"):
+            args = dict(x=f"*{el}", part_max="*fp32", part_idx="*i64", part_sum="*fp32", V="i32", C="i32",
+                        stride_x="i32")  # fmt: skip
+            kern = compile_kernel(vt._chunk_kernel, args, dict(CHUNK=chunk), warps, divisible=("V", "stride_x"))
+            out.append(report(f"vocab_top1 chunks {el} V={V} CHUNK={chunk} C={C} warps={warps}", kern))
+        args = dict(part_max="*fp32", part_idx="*i64", part_sum="*fp32", logp="*fp32", index="*i64", C="i32")
+        kern = compile_kernel(vt._combine_kernel, args, dict(BLOCK_C=next_pow2(C, 2)), 1)
+        out.append(report(f"vocab_top1 combine C={C} BLOCK_C={next_pow2(C, 2)}", kern))
     return out
 
 
@@ -200,12 +201,12 @@ def main() -> None:
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
     parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
-    parser.add_argument("--verify-qkv", action="store_true", help="also the verify's fused qkv + RoPE launch")
+    parser.add_argument("--vocab-top1", action="store_true", help="also the greedy top-1 over the vocabulary")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
-              (args.verify_qkv, check_verify_qkv))  # fmt: skip
+              (args.vocab_top1, check_vocab_top1))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

@@ -34,6 +34,7 @@ from typing import Protocol
 import torch
 
 from weaver.errors import GenerationConfigError
+from weaver.ops.vocab_top1 import top1_logprob
 from weaver.spec.tree import DraftTree
 
 __all__ = [
@@ -95,8 +96,7 @@ def build_chain(
     """DFlash chain: the argmax of each marginal, D' = min(D, budget) drafts. Output N = D' + 1."""
     check_inputs(root, marginals_logits, budget)
     depth = min(marginals_logits.shape[1], budget)
-    logq = torch.log_softmax(marginals_logits[:, :depth].float(), dim=-1)  # [B, D', V]
-    best_logq, drafts = logq.max(dim=-1)  # [B, D'], [B, D']
+    best_logq, drafts = top1_logprob(marginals_logits[:, :depth])  # [B, D'] max log-softmax, [B, D'] argmax
     return DraftTree.chain(root, drafts, best_logq)
 
 

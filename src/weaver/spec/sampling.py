@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from weaver.errors import GenerationConfigError
+from weaver.ops.vocab_top1 import argmax_last
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     logits = logits.float()
     if params.greedy:
         probs = torch.zeros_like(logits)
-        return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+        return probs.scatter_(-1, argmax_last(logits).unsqueeze(-1), 1.0)
     logits = logits / params.temperature
     vocab = logits.shape[-1]
     if 0 < params.top_k < vocab:
@@ -72,5 +73,5 @@ def sample_next_token(
 ) -> torch.Tensor:
     """argmax for greedy, otherwise an exact sample of the processed distribution. logits: [..., V]."""
     if params.greedy:
-        return logits.argmax(-1)
+        return argmax_last(logits)
     return sample_from_probs(process_logits(logits, params), generator)

@@ -44,6 +44,7 @@ from typing import Protocol
 import torch
 
 from weaver.errors import GenerationConfigError
+from weaver.ops.vocab_top1 import argmax_last
 from weaver.spec.sampling import SamplingParams, sample_from_probs
 from weaver.spec.tree import DraftTree
 
@@ -129,7 +130,7 @@ def verify_greedy(
     target_probs_or_logits: [B, N, V] (anything with the target's argmax). generator, draft_probs unused.
     """
     _check(tree, target_probs_or_logits, "target_probs_or_logits")
-    return _accept_by_choice(tree, target_probs_or_logits.argmax(-1), path_len)
+    return _accept_by_choice(tree, argmax_last(target_probs_or_logits), path_len)
 
 
 def verify_target_only(
