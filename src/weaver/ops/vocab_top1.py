@@ -9,10 +9,12 @@ H200). The Triton kernel splits each row over ~24 programs and combines their pa
 It is exposed as the custom op `weaver::vocab_top1` so compiled round stages call it as one opaque kernel
 (its fake impl gives the output shapes); eager calls launch it directly. This module imports without
 triton: the kernel module loads on first use, and both functions use torch unless CUDA and triton are
-both there and the rows are at least VOCAB_TOP1_MIN_V long.
+both there and the rows are at least VOCAB_TOP1_MIN_V long (WEAVER_VOCAB_TOP1=0: torch everywhere).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -22,6 +24,7 @@ __all__ = ["VOCAB_TOP1_MIN_V", "argmax_last", "top1_logprob", "vocab_top1_op"]
 
 VOCAB_TOP1_MIN_V = 1024  # shorter rows: one torch reduction program a row is already short
 _KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+KERNEL_ON = os.environ.get("WEAVER_VOCAB_TOP1", "1") != "0"  # read once: compiled stages fold it in
 
 
 @torch.library.custom_op("weaver::vocab_top1", mutates_args=())
