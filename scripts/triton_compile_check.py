@@ -3,8 +3,9 @@
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py [--T 128 256] [--dtype bf16]
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --topk --T   # top-k kernel only
     TRITON_INTERPRET=0 PYTHONPATH=src python scripts/triton_compile_check.py --node-attention --T   # Weaver step
-    ... --adapter-gemv --frontier --verify-qkv --T   # Weaver step GEMVs, builder bookkeeping, verify qkv+RoPE
+    ... --adapter-gemv --frontier --T   # Weaver step GEMVs, builder bookkeeping
     ... --vocab-top1 --T   # greedy argmax + max log-softmax over the vocabulary
+    ... --verify --T       # the tree verify's RoPE table, RoPE + K/V write, attention with RoPE inside
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -35,6 +36,7 @@ na = importlib.import_module("weaver.ops.triton.node_attention")
 dc = importlib.import_module("weaver.ops.triton.decode")
 wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
 vt = importlib.import_module("weaver.ops.triton.vocab_top1")
+vf = importlib.import_module("weaver.ops.triton.verify")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -185,6 +187,30 @@ def check_vocab_top1() -> list[str]:
     return out
 
 
+def check_verify() -> list[str]:
+    """The tree verify's attention launches at SmolLM2's attention (9 / 3 heads of 64, bf16): RoPE + K/V write
+    alone, its table, and attention with RoPE inside at the tuned tiles, with and without qk-norm."""
+    out = []
+    strides = ("stride_qkv", "stride_cb", "stride_ch", "stride_cs", "stride_o", "stride_q")
+    ints = dict.fromkeys(("T", "S", "stride_db", "stride_ab", "stride_ai", "stride_aj", *strides), "i32")
+    ptrs = {n: "*bf16" for n in ("qkv_ptr", "k_ptr", "v_ptr", "qn_ptr", "kn_ptr", "out_ptr", "q_out_ptr", "cos_ptr",
+                                 "sin_ptr")}  # fmt: skip
+    args = dict(ints, **ptrs, len_ptr="*i64", depth_ptr="*i64", anc_ptr="*u8", inv_freq_ptr="*fp32", scale="fp32",
+                eps="fp32")  # fmt: skip
+    kern = compile_kernel(vf._rope_table_kernel, args, dict(HALF=32, BLOCK_F=32), 1)
+    out.append(report("rope_table HALF=32", kern))
+    for qk_norm in (False, True):
+        const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=qk_norm, BLOCK_H=16, BLOCK_HKV=4, BLOCK_D=64)
+        kern = compile_kernel(vf._tree_rope_kv_kernel, args, const, 2, divisible=strides)
+        out.append(report(f"tree_rope_kv qk_norm={qk_norm}", kern))
+        for block_r, block_s, warps, stages in ((16, 64, 4, 4), (16, 128, 8, 3), (32, 64, 4, 3)):
+            const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_R=block_r, BLOCK_D=64,
+                         BLOCK_S=block_s, BLOCK_T=vf.ROPE_TREE_TILE)  # fmt: skip
+            kern = compile_kernel(vf._tree_attention_rope_kernel, args, const, warps, stages, divisible=strides)
+            out.append(report(f"tree_attention_rope qk_norm={qk_norm} R={block_r} S={block_s} w={warps}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -202,11 +228,12 @@ def main() -> None:
     parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
     parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
     parser.add_argument("--vocab-top1", action="store_true", help="also the greedy top-1 over the vocabulary")
+    parser.add_argument("--verify", action="store_true", help="also the tree verify's RoPE / attention launches")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
-              (args.vocab_top1, check_vocab_top1))  # fmt: skip
+              (args.vocab_top1, check_vocab_top1), (args.verify, check_verify))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

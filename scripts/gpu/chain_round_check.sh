@@ -18,9 +18,9 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|weaver_builder_device.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${CR_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x \
-  tests/ops/test_triton_verify.py tests/ops/test_triton_vocab_top1.py tests/spec/test_fast_drafter.py \
-  tests/models/test_fast_verify.py 2>&1 | tail -8) | tee -a "$OUT/tests_gpu.txt"
+(WEAVER_TRITON_FULL=1 timeout "${CR_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rf \
+  ${CR_TESTS:-tests/ops/test_triton_verify.py tests/ops/test_triton_vocab_top1.py tests/spec/test_fast_drafter.py \
+  tests/models/test_fast_verify.py} 2>&1 | tail -8) | tee -a "$OUT/tests_gpu.txt"
 timeout "${CR_CHECK_S:-100}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt"
 for p in ${CR_PROFILES:-prev rope all}; do
   case $p in

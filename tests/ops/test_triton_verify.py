@@ -268,7 +268,8 @@ def test_tree_attention_rope_equals_the_two_launches(rows, heads, d, rot_frac, p
     q = wt.tree_rope_kv_write(qkv, *two, lengths, depth, inv_freq, h, hkv, qn, kn, eps=1e-6)
     want = wt.tree_attention(q, *two, lengths, anc, h, hkv)
     block_r, block_s, warps, stages = blocks
-    got = wt.tree_attention_rope(qkv, *one, lengths, depth, anc, inv_freq, h, hkv, qn, kn, eps=1e-6,
+    cos, sin = wt.rope_table(lengths, depth, inv_freq, dtype)
+    got = wt.tree_attention_rope(qkv, *one, lengths, anc, cos, sin, h, hkv, qn, kn, eps=1e-6,
                                  block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)  # fmt: skip
     assert_close("tree_attention_rope", want, got, TOL[dtype])
     assert torch.equal(two[0], one[0]) and torch.equal(two[1], one[1])
@@ -284,15 +285,31 @@ def test_tree_attention_rope_drops_slots_past_capacity_and_checks_inputs():
     big = [torch.zeros(1, 1, 8, 16, device=DEVICE) for _ in range(2)]
     want = wt.tree_attention(wt.tree_rope_kv_write(qkv, *big, lengths, depth, inv_freq, 1, 1), *big, lengths, anc, 1, 1)
     small = [torch.zeros(1, 1, 6, 16, device=DEVICE) for _ in range(2)]  # slots 6, 7 do not exist
-    got = wt.tree_attention_rope(qkv, *small, lengths, depth, anc, inv_freq, 1, 1)
+    rope = wt.rope_table(lengths, depth, inv_freq, torch.float32)
+    got = wt.tree_attention_rope(qkv, *small, lengths, anc, *rope, 1, 1)
     assert_close("o", want, got, 1e-5)  # nodes 3, 4 still see their own K/V (from registers)
     assert torch.equal(big[0][:, :, :6], small[0]) and torch.equal(big[1][:, :, :6], small[1])
     with pytest.raises(ValueError, match="dtype of qkv"):
-        wt.tree_attention_rope(qkv, *(c.double() for c in small), lengths, depth, anc, inv_freq, 1, 1)
+        wt.tree_attention_rope(qkv, *(c.double() for c in small), lengths, anc, *rope, 1, 1)
     with pytest.raises(ValueError, match="anc"):
-        wt.tree_attention_rope(qkv, *small, lengths, depth, anc[:, :4], inv_freq, 1, 1)
+        wt.tree_attention_rope(qkv, *small, lengths, anc[:, :4], *rope, 1, 1)
     with pytest.raises(ValueError, match="qkv must be"):
-        wt.tree_attention_rope(qkv[:4], *small, lengths, depth, anc, inv_freq, 1, 1)
+        wt.tree_attention_rope(qkv[:4], *small, lengths, anc, *rope, 1, 1)
+    with pytest.raises(ValueError, match="rope_table"):
+        wt.tree_attention_rope(qkv, *small, lengths, anc, *(c.double() for c in rope), 1, 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_table_is_cos_sin_of_the_node_positions(dtype):
+    gen = torch.Generator().manual_seed(2)
+    parents = torch.tensor([[-1, 0, 1, 0, 3], [-1, 0, 0, 2, -1]])
+    depth, lengths = node_depth(parents), torch.tensor([7, 3000])
+    inv_freq = _inv_freq(32, 0.5) * (1 + 0.01 * torch.rand(8, generator=gen))
+    cos, sin = wt.rope_table(lengths.to(DEVICE), depth.to(DEVICE), inv_freq.to(DEVICE), dtype)
+    angle = (lengths[:, None] + depth).reshape(-1, 1).float() * inv_freq  # [B T, rot/2] fp32, as the kernels
+    assert cos.shape == (10, 8) and cos.dtype == dtype
+    assert_close("cos", angle.double().cos().to(dtype), cos, 1e-5 if dtype == torch.float32 else 1e-2)
+    assert_close("sin", angle.double().sin().to(dtype), sin, 1e-5 if dtype == torch.float32 else 1e-2)
 
 
 @settings(max_examples=12, deadline=None)

@@ -51,13 +51,14 @@ class FastVerifier(FusedPath):
         anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
+        rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, x.dtype) if self.rope_attention else None
         captured = []
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = self.qk_norms(attn)
             qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
             o = tree_attend(
-                k, self.rope_attention, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
+                k, rope, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
                 m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm, self.eps,
             )
             x = gemm(o, attn.o_proj.weight, residual=x)
@@ -77,15 +78,17 @@ def rope_in_attention() -> bool:
 
 
 def tree_attend(
-    kernels, fused: bool, qkv: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor,
+    kernels, rope: tuple[torch.Tensor, torch.Tensor] | None, qkv: torch.Tensor, cache_k: torch.Tensor,
+    cache_v: torch.Tensor, lengths: torch.Tensor,
     depth: torch.Tensor, anc: torch.Tensor, inv_freq: torch.Tensor, num_heads: int, num_kv_heads: int,
     q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
 ) -> torch.Tensor:
     """Tree attention of the B T rows of a fused q | k | v projection, their K/V written at slots lengths + j:
-    one launch (`tree_attention_rope`) when `fused`, else `tree_rope_kv_write` then `tree_attention`."""
-    args = (lengths, depth, anc, inv_freq, num_heads, num_kv_heads, q_norm, k_norm)
-    if fused:
-        return kernels.tree_attention_rope(qkv, cache_k, cache_v, *args, eps=eps)
+    one launch (`tree_attention_rope`) given the nodes' `rope_table` (cos, sin), else `tree_rope_kv_write`
+    then `tree_attention`."""
+    if rope is not None:
+        return kernels.tree_attention_rope(qkv, cache_k, cache_v, lengths, anc, *rope, num_heads, num_kv_heads,
+                                           q_norm, k_norm, eps=eps)  # fmt: skip
     q = kernels.tree_rope_kv_write(qkv, cache_k, cache_v, lengths, depth, inv_freq, num_heads, num_kv_heads,
                                    q_norm, k_norm, eps=eps)  # fmt: skip
     return kernels.tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads)

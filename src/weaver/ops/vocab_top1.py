@@ -43,7 +43,7 @@ def _vocab_top1_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _use_kernel(x: torch.Tensor) -> bool:
     """CUDA rows long enough to split, of a dtype the kernel reads, with triton there."""
     long_rows = x.dim() >= 1 and x.shape[-1] >= VOCAB_TOP1_MIN_V
-    return long_rows and x.is_cuda and x.dtype in _KERNEL_DTYPES and triton_ready()
+    return KERNEL_ON and long_rows and x.is_cuda and x.dtype in _KERNEL_DTYPES and triton_ready()
 
 
 def _kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

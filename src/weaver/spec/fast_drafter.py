@@ -73,12 +73,13 @@ class FastDrafter:
         depth = self.depth.expand(b, bk)
         x = d.block_embeddings(root, embed_tokens).reshape(b * bk, -1)  # [B Bk, H]
         qkv = torch.empty(b * bk, (h + 2 * hkv) * hd, device=x.device, dtype=x.dtype)
+        rope = k.rope_table(ctx.lengths, depth, d.rope_inv_freq, x.dtype) if self.rope_attention else None
         for i, (layer, k_cache, v_cache) in enumerate(zip(d.layers, ctx.k, ctx.v, strict=True)):
             attn, mlp, ln = layer.self_attn, layer.mlp, layer.input_layernorm.weight
             gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd])
             gemm(x, attn.fused_kv.weight, norm_weight=ln, out=qkv[:, h * hd :])
             o = tree_attend(
-                k, self.rope_attention, qkv, k_cache, v_cache, ctx.lengths, depth, self.visible[i].expand(b, bk, bk),
+                k, rope, qkv, k_cache, v_cache, ctx.lengths, depth, self.visible[i].expand(b, bk, bk),
                 d.rope_inv_freq, h, hkv, attn.q_norm.weight, attn.k_norm.weight, self.eps,
             )
             x = gemm(o, attn.o_proj.weight, residual=x)

@@ -32,11 +32,12 @@ from weaver.ops.triton.decode import _round
 
 @triton.jit
 def _rope_rows(
-    p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
+    p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, cos, sin, norm_ptr, eps,
     QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    """Head rows [R, BLOCK_D] in fp32 (p_rows: [R, 1] pointers to each head's first element, pos [R] their
-    positions): [RMSNorm ->] RoPE on the first ROT dims, with the rounding points of decode's `_head_vector`."""
+    """Head rows [R, BLOCK_D] in fp32 (p_rows: [R, 1] pointers to each head's first element; cos, sin: fp32
+    holding DTYPE values, [R or 1, BLOCK_D], entry d at frequency d % (ROT/2)): [RMSNorm ->] RoPE on the
+    first ROT dims, with the rounding points of decode's `_head_vector`."""
     HALF: tl.constexpr = ROT // 2
     mask = mask_r[:, None] & (o_d < D)[None, :]
     partner = tl.where(o_d < HALF, o_d + HALF, o_d - HALF)
@@ -50,10 +51,6 @@ def _rope_rows(
         wp = tl.load(norm_ptr + partner, mask=in_rot & (o_d < D), other=0.0).to(tl.float32)
         x = _round(_round(x * rstd[:, None], DTYPE) * w[None, :], DTYPE)
         xp = _round(_round(xp * rstd[:, None], DTYPE) * wp[None, :], DTYPE)
-    freq = tl.load(inv_freq_ptr + (o_d % HALF), mask=in_rot, other=0.0)
-    angle = pos.to(tl.float32)[:, None] * freq[None, :]
-    cos = _round(tl.cos(angle), DTYPE)
-    sin = _round(tl.sin(angle), DTYPE)
     signed = tl.where((o_d < HALF)[None, :], -xp, xp)
     rotated = _round(_round(x * cos, DTYPE) + _round(signed * sin, DTYPE), DTYPE)
     return _round(tl.where(in_rot[None, :], rotated, x), DTYPE)
@@ -64,9 +61,45 @@ def _heads_rope(
     src, o_h, mask_h, o_d, D: tl.constexpr, ROT: tl.constexpr, pos, inv_freq_ptr, norm_ptr, eps,
     QK_NORM: tl.constexpr, DTYPE: tl.constexpr,
 ):
-    """Heads [BLOCK_H, BLOCK_D] of one node's q or k (at position pos) in fp32: `_rope_rows` of its heads."""
-    p_rows = src + o_h[:, None] * D
-    return _rope_rows(p_rows, mask_h, o_d, D, ROT, pos + 0 * o_h, inv_freq_ptr, norm_ptr, eps, QK_NORM, DTYPE)
+    """Heads [BLOCK_H, BLOCK_D] of one node's q or k (at position pos) in fp32: `_rope_rows` of its heads,
+    the angles computed once for all of them."""
+    freq = tl.load(inv_freq_ptr + (o_d % (ROT // 2)), mask=o_d < ROT, other=0.0)
+    angle = pos.to(tl.float32) * freq
+    cos = _round(tl.cos(angle), DTYPE)[None, :]
+    sin = _round(tl.sin(angle), DTYPE)[None, :]
+    return _rope_rows(src + o_h[:, None] * D, mask_h, o_d, D, ROT, cos, sin, norm_ptr, eps, QK_NORM, DTYPE)
+
+
+@triton.jit
+def _rope_table_kernel(len_ptr, depth_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, stride_db,
+                       HALF: tl.constexpr, BLOCK_F: tl.constexpr):  # fmt: skip
+    i_row = tl.program_id(0)  # b * T + j: one node
+    i_b = i_row // T
+    pos = tl.load(len_ptr + i_b) + tl.load(depth_ptr + i_b * stride_db + i_row % T)
+    o_f = tl.arange(0, BLOCK_F)
+    mask = o_f < HALF
+    angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + o_f, mask=mask, other=0.0)
+    dtype = cos_ptr.dtype.element_ty  # rounded as the kernels that compute their own angles round them
+    tl.store(cos_ptr + i_row * HALF + o_f, _round(tl.cos(angle), dtype).to(dtype), mask=mask)
+    tl.store(sin_ptr + i_row * HALF + o_f, _round(tl.sin(angle), dtype).to(dtype), mask=mask)
+
+
+def rope_table(
+    lengths: torch.Tensor, depth: torch.Tensor, inv_freq: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [B T, rot/2] in `dtype` of every tree node's position lengths[b] + depth[b, j]: one launch a
+    verify, shared by every layer's `tree_attention_rope` (so no layer computes a sine)."""
+    check_device(lengths, depth, inv_freq)
+    b, t = depth.shape
+    if lengths.shape != (b,):
+        raise ValueError(f"lengths must be [{b}], got {tuple(lengths.shape)}")
+    half = inv_freq.shape[0]
+    inv_freq = inv_freq.float().contiguous()
+    cos = torch.empty(b * t, half, device=depth.device, dtype=dtype)
+    sin = torch.empty_like(cos)
+    _rope_table_kernel[(b * t,)](lengths, depth, inv_freq, cos, sin, t, depth.stride(0), HALF=half,
+                                 BLOCK_F=triton.next_power_of_2(half), num_warps=1)  # fmt: skip
+    return cos, sin
 
 
 @triton.jit
@@ -289,9 +322,9 @@ def _attention_launch(
 
 @triton.jit
 def _tree_attention_rope_kernel(
-    qkv_ptr, k_ptr, v_ptr, len_ptr, depth_ptr, anc_ptr, inv_freq_ptr, qn_ptr, kn_ptr, out_ptr,
+    qkv_ptr, k_ptr, v_ptr, len_ptr, anc_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr, out_ptr,
     T, S, scale, eps,
-    stride_qkv, stride_db, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
+    stride_qkv, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_T: tl.constexpr,
@@ -309,10 +342,15 @@ def _tree_attention_rope_kernel(
     mask_r = o_i < T
     o_d = tl.arange(0, BLOCK_D)
     mask_d = o_d < D
+    HALF: tl.constexpr = ROT // 2
+    o_f = o_d % HALF  # the table column of each head dim
+    in_rot = o_d < ROT
     p_node = qkv_ptr + (i_b * T + o_i)[:, None] * stride_qkv  # [BLOCK_R, 1]: the query nodes' qkv rows
-    pos_i = length + tl.load(depth_ptr + i_b * stride_db + o_i, mask=mask_r, other=0)
-    b_q = _rope_rows(p_node + o_h[:, None] * D, mask_r, o_d, D, ROT, pos_i, inv_freq_ptr, qn_ptr, eps, QK_NORM, dtype)
-    b_q = b_q.to(dtype)
+    p_cs = (i_b * T + o_i)[:, None] * HALF + o_f[None, :]
+    mask_cs = mask_r[:, None] & in_rot[None, :]
+    cos = tl.load(cos_ptr + p_cs, mask=mask_cs, other=0.0).to(tl.float32)
+    sin = tl.load(sin_ptr + p_cs, mask=mask_cs, other=0.0).to(tl.float32)
+    b_q = _rope_rows(p_node + o_h[:, None] * D, mask_r, o_d, D, ROT, cos, sin, qn_ptr, eps, QK_NORM, dtype).to(dtype)
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
     m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
@@ -331,9 +369,12 @@ def _tree_attention_rope_kernel(
     for start in range(0, T, BLOCK_T):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
         o_j = start + o_t0
         mask_j = o_j < T
-        p_tree = qkv_ptr + (i_b * T + o_j)[:, None] * stride_qkv  # [BLOCK_S, 1]
-        pos_j = length + tl.load(depth_ptr + i_b * stride_db + o_j, mask=mask_j, other=0)
-        b_k = _rope_rows(p_tree + (H + i_kvh) * D, mask_j, o_d, D, ROT, pos_j, inv_freq_ptr, kn_ptr, eps, QK_NORM,
+        p_tree = qkv_ptr + (i_b * T + o_j)[:, None] * stride_qkv  # [BLOCK_T, 1]
+        p_cs_j = (i_b * T + o_j)[:, None] * HALF + o_f[None, :]  # (names of their own: a loop-carried name
+        mask_cs_j = mask_j[:, None] & in_rot[None, :]  # must keep its shape, and BLOCK_T != BLOCK_R)
+        cos_j = tl.load(cos_ptr + p_cs_j, mask=mask_cs_j, other=0.0).to(tl.float32)
+        sin_j = tl.load(sin_ptr + p_cs_j, mask=mask_cs_j, other=0.0).to(tl.float32)
+        b_k = _rope_rows(p_tree + (H + i_kvh) * D, mask_j, o_d, D, ROT, cos_j, sin_j, kn_ptr, eps, QK_NORM,
                          dtype).to(dtype)  # fmt: skip
         mask_kv = mask_j[:, None] & mask_d[None, :]
         b_v = tl.load(p_tree + (H + HKV + i_kvh) * D + o_d[None, :], mask=mask_kv, other=0.0)
@@ -357,9 +398,9 @@ def tree_attention_rope(
     cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D, the dtype of qkv
     cache_v: torch.Tensor,
     lengths: torch.Tensor,  # [B] long: committed tokens per row
-    depth: torch.Tensor,  # [B, T] long: node depths (root 0)
     anc: torch.Tensor,  # [B, T, T] bool: ancestor-or-self mask
-    inv_freq: torch.Tensor,  # [rot/2] fp32
+    cos: torch.Tensor,  # [B T, rot/2] in qkv's dtype: `rope_table` of the nodes' positions
+    sin: torch.Tensor,
     num_heads: int,
     num_kv_heads: int,
     q_norm: torch.Tensor | None = None,  # [D] per-head RMSNorm weights (qwen3)
@@ -375,12 +416,14 @@ def tree_attention_rope(
     The programs of a (row, kv head) need every tree node's K/V, which no other launch has written yet, so
     each computes them from the qkv rows (T x D of k-norm + RoPE, cheap beside the attention) and the first
     hands them to the cache. Launch parameters as `tree_attention` (its tuning entries)."""
-    check_device(qkv, cache_k, cache_v, lengths, depth, anc, inv_freq)
+    check_device(qkv, cache_k, cache_v, lengths, anc, cos, sin)
     b, _, s, d = cache_k.shape
-    t = depth.shape[-1]
-    if depth.shape != (b, t) or lengths.shape != (b,) or anc.shape != (b, t, t):
-        raise ValueError(f"need lengths [{b}], depth [{b}, T], anc [{b}, T, T], got {tuple(lengths.shape)}, "
-                         f"{tuple(depth.shape)}, {tuple(anc.shape)}")
+    t = anc.shape[-1]
+    if lengths.shape != (b,) or anc.shape != (b, t, t) or cos.shape != sin.shape or cos.shape[0] != b * t:
+        raise ValueError(f"need lengths [{b}], anc [{b}, T, T], cos and sin [{b} T, rot/2], got "
+                         f"{tuple(lengths.shape)}, {tuple(anc.shape)}, {tuple(cos.shape)}, {tuple(sin.shape)}")
+    if cos.dtype != qkv.dtype or sin.dtype != qkv.dtype or not (cos.is_contiguous() and sin.is_contiguous()):
+        raise ValueError(f"cos and sin must be contiguous {qkv.dtype} (rope_table), got {cos.dtype}, {sin.dtype}")
     width = (num_heads + 2 * num_kv_heads) * d
     if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
         raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
@@ -393,18 +436,17 @@ def tree_attention_rope(
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)
     out = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
-    inv_freq = inv_freq.float().contiguous()
     block_r, block_s, num_warps, num_stages = _attention_launch(
         b * t, t * (num_heads // num_kv_heads), num_heads, num_kv_heads, d, qkv.dtype,
         block_r, block_s, num_warps, num_stages,
     )
     _tree_attention_rope_kernel[(triton.cdiv(t * (num_heads // num_kv_heads), block_r), b * num_kv_heads)](
-        qkv, cache_k, cache_v, lengths, depth, anc, inv_freq,
-        q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, out,
+        qkv, cache_k, cache_v, lengths, anc, cos, sin,
+        q_norm if q_norm is not None else cos, k_norm if k_norm is not None else cos, out,
         t, s, d**-0.5, eps,
-        qkv.stride(0), depth.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
+        qkv.stride(0), anc.stride(0), anc.stride(1), anc.stride(2),
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
-        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
+        H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * cos.shape[1], QK_NORM=q_norm is not None,
         INTERPRET=interpreting(), BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
         BLOCK_T=ROPE_TREE_TILE, num_warps=num_warps, num_stages=num_stages,
     )
