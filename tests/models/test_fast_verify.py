@@ -119,11 +119,24 @@ def test_given_ancestor_mask_is_used_as_is():
     assert_close("fast verify", want.logits, fast.logits, 1e-5)
 
 
-@pytest.mark.parametrize("fused", ["1", "0"])
+@pytest.mark.parametrize(("fused", "max_nodes"), [("1", 32), ("1", 8), ("0", 32)])
 @torch.no_grad()
-def test_rope_inside_attention_or_not(fused, monkeypatch):
-    """WEAVER_ROPE_ATTENTION=0 keeps RoPE + K/V write as its own launch; both give the reference's logits."""
+def test_rope_inside_attention_or_not(fused, max_nodes, monkeypatch):
+    """WEAVER_ROPE_ATTENTION=0, or a tree of more than ROPE_ATTENTION_MAX_NODES nodes, keeps RoPE + K/V write as
+    its own launch; every way gives the reference's logits and K/V."""
+    import weaver.models.fast_verify as fast_verify
+
     monkeypatch.setenv("WEAVER_ROPE_ATTENTION", fused)
+    monkeypatch.setattr(fast_verify, "ROPE_ATTENTION_MAX_NODES", max_nodes)
+    launched = []
+    kernels = FastVerifier(_model("tiny-qwen3")).kernels
+
+    def spy(name):
+        real = getattr(kernels, name)
+        return lambda *args, **kw: launched.append(name) or real(*args, **kw)
+
+    for name in ("tree_attention_rope", "tree_attention"):
+        monkeypatch.setattr(kernels, name, spy(name))
     model = _model("tiny-qwen3")
     parents = torch.tensor([TREES["deep"][0]], device=DEVICE)
     tokens = torch.arange(3, 3 + parents.shape[1], device=DEVICE)[None]
@@ -134,3 +147,5 @@ def test_rope_inside_attention_or_not(fused, monkeypatch):
     got = verifier(tokens, fast_cache, parents)
     assert_close("logits", want.logits, got.logits, 1e-5)
     assert_close("layer 1 k", ref_cache.layers[1].k, fast_cache.layers[1].k, 1e-5)
+    one_launch = fused == "1" and parents.shape[1] <= max_nodes  # the deep tree has 14 nodes
+    assert set(launched) == {"tree_attention_rope" if one_launch else "tree_attention"}

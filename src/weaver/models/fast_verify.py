@@ -7,8 +7,9 @@ write at slots lengths + j), (tree attention), (o + residual), (post norm + gate
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
 
-The second and third launches are one (`tree_attention_rope`: each attention program ropes the tree's K
-itself) unless WEAVER_ROPE_ATTENTION=0.
+Trees of at most ROPE_ATTENTION_MAX_NODES nodes merge the second and third launches (`tree_attention_rope`:
+each attention program ropes the tree's K itself, from a cos/sin table computed once a verify) unless
+WEAVER_ROPE_ATTENTION=0.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder, ForwardOutput
 from weaver.models.fast_decode import FusedPath
 from weaver.ops.tree import ancestor_mask, node_depth
+
+# H200, SmolLM2 shapes (benchmarks/results/rounds/h200_v15): 16 nodes, 4.3 us fused against 4.0 + 2.5 us in
+# two launches; 65 nodes, 9.3 against 5.6 + 2.6 (every program of a kv head ropes all 65 nodes' K)
+ROPE_ATTENTION_MAX_NODES = 32
 
 
 class FastVerifier(FusedPath):
@@ -51,7 +56,9 @@ class FastVerifier(FusedPath):
         anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
-        rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, x.dtype) if self.rope_attention else None
+        rope = None
+        if self.rope_attention and t <= ROPE_ATTENTION_MAX_NODES:
+            rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, x.dtype)
         captured = []
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp

@@ -21,7 +21,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from weaver.models.fast_verify import rope_in_attention, tree_attend
+from weaver.models.fast_verify import ROPE_ATTENTION_MAX_NODES, rope_in_attention, tree_attend
 from weaver.spec.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
 
@@ -73,7 +73,9 @@ class FastDrafter:
         depth = self.depth.expand(b, bk)
         x = d.block_embeddings(root, embed_tokens).reshape(b * bk, -1)  # [B Bk, H]
         qkv = torch.empty(b * bk, (h + 2 * hkv) * hd, device=x.device, dtype=x.dtype)
-        rope = k.rope_table(ctx.lengths, depth, d.rope_inv_freq, x.dtype) if self.rope_attention else None
+        rope = None
+        if self.rope_attention and bk <= ROPE_ATTENTION_MAX_NODES:
+            rope = k.rope_table(ctx.lengths, depth, d.rope_inv_freq, x.dtype)
         for i, (layer, k_cache, v_cache) in enumerate(zip(d.layers, ctx.k, ctx.v, strict=True)):
             attn, mlp, ln = layer.self_attn, layer.mlp, layer.input_layernorm.weight
             gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd])
