@@ -12,11 +12,8 @@
 #   2. captured one-graph rounds with the defaults equal the ar tokens (rounds_check.py --quick, fp32 tiny llama);
 #   3. round_profile.py ar + chain 16 + weaver 64 per profile.
 #   device run:  bash scripts/gpu/chain_round_check.sh      (results in $OUT)
-set -uo pipefail
 OUT=${OUT:-/tmp/chain_round_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|weaver_builder_device.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
+source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 (WEAVER_TRITON_FULL=1 timeout "${CR_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rf \
   ${CR_TESTS:-tests/ops/test_triton_verify.py tests/ops/test_triton_vocab_top1.py tests/spec/test_fast_drafter.py \

@@ -10,11 +10,8 @@
 #   4. round_profile.py: ar step, chain (block 16), weaver (budget 64), stage by stage and kernel by kernel,
 #      with the defaults (the packaged H200 table, every stage but verify compiled) or step 3's table.
 #   device run:  bash scripts/gpu/rounds_profile.sh      (results in $OUT)
-set -uo pipefail
 OUT=${OUT:-/tmp/rounds_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|weaver_builder_device.py\|for _ in range\|warn_once\|^$"; }
+source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 if [ "${RP_TESTS:-1}" = "1" ]; then
   (cd tests/ops && WEAVER_TRITON_FULL=1 timeout "${RP_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \

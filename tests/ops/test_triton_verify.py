@@ -158,15 +158,21 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
         tuning.tuned("gemm_rows", gemm)
 
 
-@settings(max_examples=5 if FULL else 25, deadline=None)
-@given(
+# trees, head layouts, head sizes, RoPE spans and qk-norm of the RoPE kernels' tests
+ROPE_CASES = dict(
     rows=trees(max_b=2, max_t=64 if FULL else 20),
     heads=st.sampled_from(HEADS),
     d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
     rot_frac=st.sampled_from([1.0, 0.25]),
-    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 40),
     qk_norm=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+)
+
+
+@settings(max_examples=5 if FULL else 25, deadline=None)
+@given(
+    **ROPE_CASES,
+    prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 40),
     num_warps=st.sampled_from([None, 1, 8]),
     seed=st.integers(0, 10_000),
 )
@@ -241,14 +247,9 @@ def test_tree_attention_matches_reference(rows, heads, d, prefix, blocks, dtype,
 
 @settings(max_examples=5 if FULL else 25, deadline=None)
 @given(
-    rows=trees(max_b=2, max_t=64 if FULL else 20),
-    heads=st.sampled_from(HEADS),
-    d=st.sampled_from([64, 128]) if FULL else st.sampled_from([8, 16, 24]),
-    rot_frac=st.sampled_from([1.0, 0.25]),
+    **ROPE_CASES,
     prefix=st.sampled_from([100, 1000]) if FULL else st.integers(0, 150),
-    qk_norm=st.booleans(),
     blocks=st.sampled_from([(None, None, None, None), (16, 16, None, None), (16, 32, 2, 1), (32, 16, 8, 4)]),
-    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 10_000),
 )
 def test_tree_attention_rope_equals_the_two_launches(rows, heads, d, rot_frac, prefix, qk_norm, blocks, dtype, seed):

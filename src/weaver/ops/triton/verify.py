@@ -202,6 +202,50 @@ def _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE: tl.constexpr, INTERPRET: tl
 
 
 @triton.jit
+def _program_rows(T, H: tl.constexpr, HKV: tl.constexpr, BLOCK_R: tl.constexpr):
+    """A tree-attention program's rows: a block i_r of (node, query head) pairs of one batch row i_b and kv
+    head i_kvh (so each K/V tile is read once for the whole group); their nodes, heads and validity."""
+    i_r = tl.program_id(0)
+    i_bh = tl.program_id(1)
+    GROUP: tl.constexpr = H // HKV
+    i_b = i_bh // HKV
+    i_kvh = i_bh % HKV
+    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    o_i = o_r // GROUP  # query node
+    o_h = i_kvh * GROUP + o_r % GROUP  # query head
+    return i_r, i_b, i_kvh, o_i, o_h, o_i < T
+
+
+@triton.jit
+def _attend_prefix(
+    b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, DTYPE: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Online-softmax state (m, l, acc) of rows b_q [BLOCK_R, BLOCK_D] after the committed prefix, slots
+    0 .. length-1 of one kv head's cache (p_k, p_v): visible to every row."""
+    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    o_s0 = tl.arange(0, BLOCK_S)
+    for start in range(0, length, BLOCK_S):
+        o_s = start + o_s0
+        mask_s = o_s < length
+        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
+        scores = _dot_lp(b_q, b_kt, DTYPE, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
+        scores = tl.where(mask_s[None, :], scores, float("-inf"))
+        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE, INTERPRET)
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_rows(p_o, acc, l_i, mask, DTYPE: tl.constexpr):
+    """acc / l rounded to DTYPE; a pad row of the block (l = 0: it saw nothing) stores zeros."""
+    l_i = tl.where(l_i > 0, l_i, 1.0)
+    tl.store(p_o, _round(acc / l_i[:, None], DTYPE).to(DTYPE), mask=mask)
+
+
+@triton.jit
 def _tree_attention_kernel(
     q_ptr, k_ptr, v_ptr, len_ptr, anc_ptr, out_ptr,
     T, scale,
@@ -209,17 +253,9 @@ def _tree_attention_kernel(
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    i_r = tl.program_id(0)  # a block of (node, query head) rows ...
-    i_bh = tl.program_id(1)  # ... of one batch row and kv head: K/V tiles are read once for all of them
-    GROUP: tl.constexpr = H // HKV
-    i_b = i_bh // HKV
-    i_kvh = i_bh % HKV
+    i_r, i_b, i_kvh, o_i, o_h, mask_r = _program_rows(T, H, HKV, BLOCK_R)
     dtype = q_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    o_i = o_r // GROUP  # query node
-    o_h = i_kvh * GROUP + o_r % GROUP  # query head
-    mask_r = o_i < T
     o_d = tl.arange(0, BLOCK_D)
     mask_d = o_d < D
     mask_q = mask_r[:, None] & mask_d[None, :]
@@ -227,18 +263,9 @@ def _tree_attention_kernel(
     b_q = tl.load(p_q, mask=mask_q, other=0.0)  # [BLOCK_R, BLOCK_D]
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
-    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
+    m_i, l_i, acc = _attend_prefix(b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
+                                   BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
     o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, length, BLOCK_S):  # the committed prefix: visible to every row
-        o_s = start + o_s0
-        mask_s = o_s < length
-        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
-        scores = _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
-        scores = tl.where(mask_s[None, :], scores, float("-inf"))
-        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
-        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
     for start in range(0, T, BLOCK_S):  # the tree: slot length + j is visible to ancestors-or-self of j
         o_j = start + o_s0
         mask_j = o_j < T
@@ -249,9 +276,8 @@ def _tree_attention_kernel(
         scores = tl.where(visible, _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale, float("-inf"))
         b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_j[:, None] & mask_d[None, :], other=0.0)
         m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
-    l_i = tl.where(l_i > 0, l_i, 1.0)  # pad rows of the block (every real row sees at least itself)
     p_o = out_ptr + (i_b * T + o_i)[:, None] * stride_o + o_h[:, None] * D + o_d[None, :]
-    tl.store(p_o, _round(acc / l_i[:, None], dtype).to(dtype), mask=mask_q)
+    _store_rows(p_o, acc, l_i, mask_q, dtype)
 
 
 def tree_attention(
@@ -329,17 +355,9 @@ def _tree_attention_rope_kernel(
     INTERPRET: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
     BLOCK_T: tl.constexpr,
 ):
-    i_r = tl.program_id(0)  # a block of (node, query head) rows ...
-    i_bh = tl.program_id(1)  # ... of one batch row and kv head
-    GROUP: tl.constexpr = H // HKV
-    i_b = i_bh // HKV
-    i_kvh = i_bh % HKV
+    i_r, i_b, i_kvh, o_i, o_h, mask_r = _program_rows(T, H, HKV, BLOCK_R)
     dtype = qkv_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    o_r = i_r * BLOCK_R + tl.arange(0, BLOCK_R)
-    o_i = o_r // GROUP  # query node
-    o_h = i_kvh * GROUP + o_r % GROUP  # query head
-    mask_r = o_i < T
     o_d = tl.arange(0, BLOCK_D)
     mask_d = o_d < D
     HALF: tl.constexpr = ROT // 2
@@ -353,18 +371,8 @@ def _tree_attention_rope_kernel(
     b_q = _rope_rows(p_node + o_h[:, None] * D, mask_r, o_d, D, ROT, cos, sin, qn_ptr, eps, QK_NORM, dtype).to(dtype)
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
-    m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
-    l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
-    o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, length, BLOCK_S):  # the committed prefix from the cache: visible to every row
-        o_s = start + o_s0
-        mask_s = o_s < length
-        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
-        scores = _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
-        scores = tl.where(mask_s[None, :], scores, float("-inf"))
-        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
-        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    m_i, l_i, acc = _attend_prefix(b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
+                                   BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
     o_t0 = tl.arange(0, BLOCK_T)  # tree tiles: smaller than the prefix's (their K is roped in registers)
     for start in range(0, T, BLOCK_T):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
         o_j = start + o_t0
@@ -388,9 +396,8 @@ def _tree_attention_rope_kernel(
         visible = tl.load(p_anc, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0  # [BLOCK_R, BLOCK_S]
         scores = tl.where(visible, _dot_lp(b_q, tl.trans(b_k), dtype, INTERPRET) * scale, float("-inf"))
         m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
-    l_i = tl.where(l_i > 0, l_i, 1.0)  # pad rows of the block (every real row sees at least itself)
     p_o = out_ptr + (i_b * T + o_i)[:, None] * stride_o + o_h[:, None] * D + o_d[None, :]
-    tl.store(p_o, _round(acc / l_i[:, None], dtype).to(dtype), mask=mask_r[:, None] & mask_d[None, :])
+    _store_rows(p_o, acc, l_i, mask_r[:, None] & mask_d[None, :], dtype)
 
 
 def tree_attention_rope(
