@@ -1,4 +1,4 @@
-"""Tree verify of attention-only models in five fused Triton kernels per layer.
+"""Tree verify of attention-only models in five or six fused Triton kernels per layer.
 
 `Decoder.forward(tokens, cache, parents=..., depth=...)` is the reference; this is the same pass with
 the B T tree nodes as the rows of small GEMMs. Per layer: (input norm + qkv), (qk-norm + RoPE + K/V
@@ -86,9 +86,8 @@ def rope_in_attention() -> bool:
 
 def tree_attend(
     kernels, rope: tuple[torch.Tensor, torch.Tensor] | None, qkv: torch.Tensor, cache_k: torch.Tensor,
-    cache_v: torch.Tensor, lengths: torch.Tensor,
-    depth: torch.Tensor, anc: torch.Tensor, inv_freq: torch.Tensor, num_heads: int, num_kv_heads: int,
-    q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
+    cache_v: torch.Tensor, lengths: torch.Tensor, depth: torch.Tensor, anc: torch.Tensor, inv_freq: torch.Tensor,
+    num_heads: int, num_kv_heads: int, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
 ) -> torch.Tensor:
     """Tree attention of the B T rows of a fused q | k | v projection, their K/V written at slots lengths + j:
     one launch (`tree_attention_rope`) given the nodes' `rope_table` (cos, sin), else `tree_rope_kv_write`

@@ -1,7 +1,10 @@
-"""Fused tree-verify kernels for attention layers: two launches between the qkv and o projections.
+"""Fused tree-verify kernels for attention layers: one or two launches between the qkv and o projections.
 
     q = tree_rope_kv_write(qkv, cache_k, cache_v, lengths, depth, inv_freq, H, Hkv, q_norm, k_norm)
     o = tree_attention(q, cache_k, cache_v, lengths, anc, H, Hkv)
+or, for small trees (the chain's verify, the drafter's block),
+    cos, sin = rope_table(lengths, depth, inv_freq, dtype)      # once a verify, shared by every layer
+    o = tree_attention_rope(qkv, cache_k, cache_v, lengths, anc, cos, sin, H, Hkv, q_norm, k_norm)
 
 A batch row b holds a draft tree of T nodes after L_b = lengths[b] committed tokens. Node j sits at
 position L_b + depth[b, j] and writes its K/V at slot L_b + j (the committed length does not move;
@@ -11,7 +14,8 @@ position L_b + depth[b, j] and writes its K/V at slot L_b + j (the committed len
     slots L_b + j, anc[b, i, j]       (its ancestors-or-self: `weaver.ops.tree.ancestor_mask`)
 
 so a pad node (parent -1 past the root) sees the prefix and itself and changes nobody. Attention
-must read K/V that other programs write, hence two launches where the decode step has one.
+must read K/V that other programs write, hence two launches where the decode step has one; or each
+attention program ropes every tree node's K itself (`tree_attention_rope`: cheap for a few dozen nodes).
 
 `tree_attention` is a flash-attention tile: a program takes BLOCK_R (node, query head) rows that share
 one kv head, so each K/V tile is read once for the whole group and both products run on the tensor
