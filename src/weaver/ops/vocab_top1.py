@@ -20,10 +20,10 @@ import torch
 
 from weaver.ops.dispatch import launch, triton_ready
 
-__all__ = ["VOCAB_TOP1_MIN_V", "argmax_last", "top1_logprob", "vocab_top1_op"]
+__all__ = ["VOCAB_TOP1_DTYPES", "VOCAB_TOP1_MIN_V", "argmax_last", "top1_logprob", "vocab_top1_op"]
 
 VOCAB_TOP1_MIN_V = 1024  # shorter rows: one torch reduction program a row is already short
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+VOCAB_TOP1_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the kernel reads
 KERNEL_ON = os.environ.get("WEAVER_VOCAB_TOP1", "1") != "0"  # read once: compiled stages fold it in
 
 
@@ -43,7 +43,7 @@ def _vocab_top1_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def _use_kernel(x: torch.Tensor) -> bool:
     """CUDA rows long enough to split, of a dtype the kernel reads, with triton there."""
     long_rows = x.dim() >= 1 and x.shape[-1] >= VOCAB_TOP1_MIN_V
-    return KERNEL_ON and long_rows and x.is_cuda and x.dtype in _KERNEL_DTYPES and triton_ready()
+    return KERNEL_ON and long_rows and x.is_cuda and x.dtype in VOCAB_TOP1_DTYPES and triton_ready()
 
 
 def _kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
