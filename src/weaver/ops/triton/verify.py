@@ -34,6 +34,13 @@ from weaver.ops.triton._utils import check_device, interpreting
 from weaver.ops.triton.decode import _round
 
 
+def _check_caches(cache_k: torch.Tensor, cache_v: torch.Tensor, num_heads: int, num_kv_heads: int) -> None:
+    """The layout every verify kernel indexes: K and V caches of equal strides, unit stride along D, and
+    whole groups of query heads per kv head."""
+    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
+        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+
+
 @triton.jit
 def _rope_rows(
     p_rows, mask_r, o_d, D: tl.constexpr, ROT: tl.constexpr, cos, sin, norm_ptr, eps,
@@ -161,8 +168,7 @@ def tree_rope_kv_write(
     width = (num_heads + 2 * num_kv_heads) * d
     if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
         raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
-    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
-        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
     if (q_norm is None) != (k_norm is None):
         raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
     q = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
@@ -307,8 +313,7 @@ def tree_attention(
     t = anc.shape[1]
     if q.shape != (b * t, num_heads * d) or q.stride(1) != 1:
         raise ValueError(f"q must be [{b * t}, {num_heads * d}] with unit stride, got {tuple(q.shape)}")
-    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
-        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)  # same bytes; triton reads bytes
     out = torch.empty(b * t, num_heads * d, device=q.device, dtype=q.dtype)
@@ -438,8 +443,7 @@ def tree_attention_rope(
     width = (num_heads + 2 * num_kv_heads) * d
     if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
         raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
-    if cache_k.stride() != cache_v.stride() or cache_k.stride(3) != 1 or num_heads % num_kv_heads:
-        raise ValueError("cache_k and cache_v need equal strides, unit stride along D, and H % Hkv == 0")
+    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
     if cache_k.dtype != qkv.dtype or cache_v.dtype != qkv.dtype:
         raise ValueError(f"the caches must have the dtype of qkv ({qkv.dtype}), got {cache_k.dtype}, {cache_v.dtype}")
     if (q_norm is None) != (k_norm is None):
