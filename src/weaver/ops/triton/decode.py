@@ -49,6 +49,9 @@ class GemmTiles(NamedTuple):
     block_k: int
     num_warps: int = 4
     num_stages: int = 3  # Triton's default on NVIDIA GPUs
+    # K split over this many programs per output tile; the last to finish sums the fp32 partials in a fixed
+    # order and runs the epilogue (more programs in flight for the few-tile 16-row GEMMs of a chain verify)
+    split_k: int = 1
 
 
 def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> GemmTiles:
@@ -253,12 +256,29 @@ def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexp
 
 
 @triton.jit
+def _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, stride_rm, stride_om,
+                        DTYPE: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr):  # fmt: skip
+    """[silu(gate) * up] [+ residual] of the fp32 accumulators, rounded as the unfused code, stored."""
+    y = acc
+    if SWIGLU:
+        gate = _round(acc, DTYPE)
+        y = _round(gate / (1.0 + tl.exp(-gate)), DTYPE) * _round(acc_up, DTYPE)
+    mask_o = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
+        y = _round(y, DTYPE) + r
+    out_dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
+
+
+@triton.jit
 def _gemm_rows_kernel(
-    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr, ws_ptr, count_ptr,
     M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
 ):
     i_n = tl.program_id(0)
     i_m = tl.program_id(1)
@@ -271,11 +291,18 @@ def _gemm_rows_kernel(
     mask_n = o_n < N_OUT
     p_x = x_ptr + o_m[:, None] * stride_xm
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
+    if NORM:  # RMSNorm statistics of every row of the tile (all of K), recomputed by every program
         rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
+    if SPLIT_K > 1:  # this program's share of the K tiles
+        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
+        k_lo = tl.program_id(2) * per
+        k_hi = tl.minimum(K, k_lo + per)
+    else:
+        k_lo = 0
+        k_hi = K
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         o_k = k0 + o_k0
         mask_k = o_k < K
         b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM, dtype)
@@ -289,16 +316,52 @@ def _gemm_rows_kernel(
         if SWIGLU:
             b_up = tl.load(p_w + HALF * stride_wn, mask=mask_w, other=0.0)
             acc_up += _dot_rows(b_x, b_up, dtype, w_dtype, INTERPRET)
-    y = acc
-    if SWIGLU:
-        gate = _round(acc, dtype)
-        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
-    mask_o = mask_m[:, None] & mask_n[None, :]
-    if RESIDUAL:
-        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
-        y = _round(y, dtype) + r
-    out_dtype = out_ptr.dtype.element_ty
-    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
+    if SPLIT_K > 1:
+        # partials to the workspace; the last program of the tile (counted by an atomic) sums them in split
+        # order, so the result does not depend on which finished last, and resets the counter for the next call
+        tile = i_m * tl.num_programs(0) + i_n
+        NPART: tl.constexpr = 2 if SWIGLU else 1
+        o_mn = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        p_ws = ws_ptr + tile.to(tl.int64) * (SPLIT_K * NPART * BLOCK_M * BLOCK_N) + o_mn
+        slot = tl.program_id(2) * NPART * BLOCK_M * BLOCK_N
+        tl.store(p_ws + slot, acc)
+        if SWIGLU:
+            tl.store(p_ws + slot + BLOCK_M * BLOCK_N, acc_up)
+        tl.debug_barrier()  # every thread's partial is written before the release below
+        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
+            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                acc += tl.load(p_ws + s * NPART * BLOCK_M * BLOCK_N, cache_modifier=".cg")
+                if SWIGLU:
+                    acc_up += tl.load(p_ws + (s * NPART + 1) * BLOCK_M * BLOCK_N, cache_modifier=".cg")
+            tl.atomic_xchg(count_ptr + tile, 0)
+            _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, stride_rm, stride_om,
+                                dtype, SWIGLU, RESIDUAL)  # fmt: skip
+    else:
+        _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, stride_rm, stride_om,
+                            dtype, SWIGLU, RESIDUAL)  # fmt: skip
+
+
+_SPLIT_COUNTERS = 1 << 16  # output tiles a split-K launch may have (int32 counters, 256 KB per device)
+_split_scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def split_scratch(device: torch.device, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fp32 partials workspace of at least `numel`, zeroed tile counters) of a device, kept for the process.
+
+    The counters start at zero and every split-K launch leaves them at zero, so one set serves every launch
+    (and every CUDA-graph replay) on a stream; launches on concurrent streams must not overlap. They must be
+    created outside a CUDA-graph capture: the engine's capture warms up first (`weaver.spec.graphs.capture`)."""
+    ws, counts = _split_scratch.get(device, (None, None))
+    if counts is None:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("a split-K fused_gemv needs one call outside CUDA-graph capture first (warm up)")
+        counts = torch.zeros(_SPLIT_COUNTERS, dtype=torch.int32, device=device)
+    if ws is None or ws.numel() < numel:
+        ws = torch.empty(max(numel, 1 << 18), dtype=torch.float32, device=device)
+    _split_scratch[device] = (ws, counts)
+    return ws, counts
 
 
 def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles: GemmTiles) -> torch.Tensor:
@@ -307,16 +370,25 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
     n_out = out.shape[1]
     if min(tiles[:3]) < 16 or any(b & (b - 1) for b in tiles[:3]):
         raise ValueError(f"row tiles must be powers of two >= 16 (tl.dot), got {tiles}")
-    grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m))
+    if tiles.split_k < 1:
+        raise ValueError(f"split_k must be >= 1, got {tiles.split_k}")
+    grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m), tiles.split_k)
+    ws = counts = out  # unused without a split
+    if tiles.split_k > 1:
+        n_tiles = grid[0] * grid[1]
+        if n_tiles > _SPLIT_COUNTERS:
+            raise ValueError(f"split-K launches take at most {_SPLIT_COUNTERS} output tiles, got {n_tiles}")
+        ws, counts = split_scratch(x.device, n_tiles * tiles.split_k * (2 if swiglu else 1) * tiles.block_m
+                                   * tiles.block_n)  # fmt: skip
     _gemm_rows_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
-        norm_out if norm_out is not None else out,
+        norm_out if norm_out is not None else out, ws, counts,
         m, k, n_out, n_out, eps,
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        SPLIT_K=tiles.split_k, num_warps=tiles.num_warps, num_stages=tiles.num_stages,
     )
     return out
 
