@@ -82,6 +82,17 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
     return [(qkv, ck, cv, lengths, node_depth(parents), inv_freq) for ck, cv in caches]
 
 
+_STATS: dict[int, torch.Tensor] = {}
+
+
+def _stats_of(x: torch.Tensor) -> torch.Tensor:
+    """x's row_sumsq buffer (made once per tensor, outside any captured graph: the first launch is eager)."""
+    if x.data_ptr() not in _STATS:
+        sq = torch.nn.functional.pad(x.float().square(), (0, -x.shape[1] % 16))
+        _STATS[x.data_ptr()] = sq.view(x.shape[0], -1, 16).sum(-1).T.contiguous()
+    return _STATS[x.data_ptr()]
+
+
 def launch(kernel: str, name: str, config: tuple, args: tuple):
     """One kernel launch of a case with a launch config."""
     from weaver.ops import triton as wt
@@ -91,8 +102,14 @@ def launch(kernel: str, name: str, config: tuple, args: tuple):
         x, w, nw, res = args
         flags = GEMMS[name][2]
         norm_out = torch.empty_like(x) if "norm_out" in flags else None
+        stats = {}
+        if NORM_STATS and "norm" in flags:  # as the verify runs them: the norm reads the producer's statistics
+            stats["norm_stats"] = _stats_of(x)
+        elif NORM_STATS and "res" in flags:  # and the residual GEMMs write them
+            stats["sumsq_out"] = _stats_of(res)
         return wt.fused_gemv(x, w, norm_weight=nw, residual=res, swiglu="swiglu" in flags, norm_out=norm_out,
-                             out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config))
+                             out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config),
+                             **stats)  # fmt: skip
     if kernel == "tree_attention":
         block_r, block_s, warps, stages = config
         return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
@@ -127,6 +144,9 @@ def table_key(kernel: str, name: str, m: int) -> str:
 
 WIDE_K: list[int] = []  # --wide-k: an extra BLOCK_K (512) for the 16-row tiles
 SPLITS: list[int] = []  # --split-k: K split over this many programs per output tile (16-row tiles)
+# --norm-stats: GEMMs with a norm read row statistics, residual GEMMs write them, as in the verify (an environment
+# variable, so that the compile workers build the same kernels)
+NORM_STATS = os.environ.get("WEAVER_SWEEP_NORM_STATS") == "1"
 
 
 def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
@@ -326,6 +346,8 @@ def main() -> int:
     parser.add_argument("--budget-s", type=float, default=150.0, help="stop timing new configs after this long")
     parser.add_argument("--wide-k", action="store_true", help="16-row GEMM tiles also try BLOCK_K 512")
     parser.add_argument("--split-k", type=int, nargs="*", default=[], help="16-row GEMM tiles also split K so")
+    parser.add_argument("--norm-stats", action="store_true",
+                        help="GEMMs as the verify runs them with WEAVER_NORM_STATS=1 (row statistics handed on)")
     parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="rows (GEMM) / nodes (attention)")
     parser.add_argument("--gemms", nargs="*", choices=list(GEMMS), default=[], help="only these GEMM shapes")
     parser.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)),
@@ -339,6 +361,10 @@ def main() -> int:
     if args.wide_k:
         WIDE_K.append(512)
     SPLITS.extend(s for s in args.split_k if s > 1)
+    if args.norm_stats:
+        global NORM_STATS
+        NORM_STATS = True
+        os.environ["WEAVER_SWEEP_NORM_STATS"] = "1"
     if args.cpu_smoke:
         global DEVICE
         DEVICE = torch.device("cpu")
