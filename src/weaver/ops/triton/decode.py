@@ -13,6 +13,7 @@ a program takes BLOCK_M rows and reads its weight tile once for all of them.
 
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -318,13 +319,22 @@ def _stats_rstd(sq_ptr, o_m, mask_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
+def _prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
+    """Ask L2 for the K bf16 elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
+    o_c = tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p_rows + o_c[None, :]], dtype=tl.int32,
+                              is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
 def _gemm_rows_kernel(
     x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr, ws_ptr, count_ptr, stats_ptr, sq_ptr,
     M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, STATS: tl.constexpr = False, SUMSQ: tl.constexpr = False,
+    SPLIT_K: tl.constexpr, STATS: tl.constexpr = False, SUMSQ: tl.constexpr = False, PDL: tl.constexpr = False,
+    K_LINES: tl.constexpr = 1,
 ):
     i_n = tl.program_id(0)
     i_m = tl.program_id(1)
@@ -336,6 +346,12 @@ def _gemm_rows_kernel(
     mask_m = o_m < M
     mask_n = o_n < N_OUT
     p_x = x_ptr + o_m[:, None] * stride_xm
+    if PDL:  # launched before the previous kernel ends: pull this program's weights toward L2, then wait for it
+        _prefetch_rows(w_ptr + tl.minimum(o_n, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
+        if SWIGLU:
+            _prefetch_rows(w_ptr + (tl.minimum(o_n, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of every row of the tile (all of K): the producer's sums, or recomputed
         if STATS:
@@ -392,6 +408,19 @@ def _gemm_rows_kernel(
                             M, N_OUT, dtype, SWIGLU, RESIDUAL, SUMSQ, BLOCK_M, BLOCK_N)  # fmt: skip
 
 
+def _pdl_options(device: torch.device, k: int, itemsize: int) -> dict:
+    """Programmatic dependent launch for the row GEMM (WEAVER_PDL=0: off; Hopper and later, compiled only).
+
+    The launch may start while the previous kernel in the stream still runs: each program prefetches its weight
+    rows into L2 (nothing in a forward pass writes weights), then waits for the previous kernel
+    (`griddepcontrol.wait`) before it reads anything else, so the weight stream overlaps the kernel boundary."""
+    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
+        return {}
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return {}
+    return {"PDL": True, "K_LINES": triton.next_power_of_2(triton.cdiv(k, 64)), "launch_pdl": True}
+
+
 _SPLIT_COUNTERS = 1 << 16  # output tiles a split-K launch may have (int32 counters, 256 KB per device)
 _split_scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -440,7 +469,7 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
         SPLIT_K=tiles.split_k, STATS=norm_stats is not None, SUMSQ=sumsq_out is not None,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages,
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages, **_pdl_options(x.device, k, weight.element_size()),
     )
     return out
 
