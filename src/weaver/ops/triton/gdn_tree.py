@@ -1,4 +1,4 @@
-r"""GDN tree verification in Triton (DESIGN §4.3, §4.6): two launches per layer, static shapes.
+r"""GDN tree verification in Triton (DESIGN §4.3, §4.6): two or three launches per layer, static shapes.
 
 Math (one value head; G = root-path prefix sum of g, M = ancestor-or-self mask, H0 read only)::
 
@@ -20,12 +20,28 @@ With row tiles of BT nodes and X_ii = (I + A_ii)^-1, block forward substitution 
    all T rows in registers (right-looking): Delta_i = X_ii (tile i of the residual), then
    residual -= A[:, i] Delta_i and tile i of the residual becomes Delta_i. Afterwards O = QH + P Delta.
    The chain is NT = T / BT steps of two small products each, with no memory round trip.
+   `gdn_tree_solve_left_kernel` (`solve_order="left"`, the default beyond 128 nodes) holds one row tile
+   instead and reads back the Delta_j it stored.
+
+Chain path (`GDNTreeConfig.chain_path`; by default on beyond 128 nodes with 64-row tiles). The dense solve is
+O(T^2) whatever the tree; a batch row that is one plain chain (parents[i] = i - 1, flagged on the device by
+the structure build: `TreeStructure.chain`) needs only a state passed from tile to tile. With it on, the
+prep runs only the diagonal items of flagged rows, `gdn_chain_solve_kernel` (one program per value block x
+batch row x value head) carries S [K, BV] across the row tiles::
+
+    Delta_i = X_ii beta (v_i - e^(G - G_p) K_i S)       O_i = scale e^(G - G_p) Q_i S + P_ii Delta_i
+    S <- e^(G_e - G_p) S + sum_t e^(G_e - G_t) k_t Delta_t^T        (decays relative to the tile: no overflow)
+
+and the tree solve returns at once for flagged rows (the chain kernel at once for the others). Which launches
+run is fixed by T and the config, never by the data, so mixed batches and CUDA graphs work; a chain followed by
+pad nodes is not flagged and takes the tree path. aux (k, Delta, G) means the same on both paths.
 
 Precision: q/k/v bf16 or fp32; gates, state, G, A, the solve and Delta in fp32. Gram dots of bf16
-inputs are exact products with fp32 accumulation and the state products split H0 into bf16 hi + lo
-(~fp32); the fp32 x fp32 products of the solve and output follow `precision`, those of the prep (the
-Neumann product; all Grams of fp32 inputs) `inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`;
-the defaults: ieee for fp32 inputs, bf16x3 for bf16 inputs).
+inputs are exact products with fp32 accumulation and the state products split H0 (the chain path: S, and
+the weighted Delta of the state update) into bf16 hi + lo (~fp32); the fp32 x fp32 products of the solves
+and output follow `precision`, those of the prep (the Neumann product; all Grams of fp32 inputs)
+`inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`; the defaults: ieee for fp32 inputs, bf16x3
+for bf16 inputs).
 """
 
 from __future__ import annotations
@@ -67,7 +83,8 @@ class GDNTreeConfig(NamedTuple):
     # on sm_90). H200 v8: left 98.8 vs right 110.6 us at T=256 (tree), 27.7 vs 27.1 at T=128
     solve_order: str = "right"
     # chunked chain path for batch rows that are plain chains (TreeStructure.chain, read on the device):
-    # "auto" = on beyond 128 nodes with 64-row tiles, "on" = at any T, "off" = never (no extra launch)
+    # "auto" = on beyond 128 nodes with 64-row tiles, "on" = at any T, "off" = never (no extra launch). Its
+    # kernel takes BV, num_warps, num_stages and precision from the solve's fields above
     chain_path: str = "auto"
 
 
@@ -77,7 +94,9 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
-    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills).
+    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills), and
+    chain_path="auto" then adds the chunked chain path for rows that are chains (64-row tiles only; v9, not
+    yet timed on the H200; the dense solve took 102 us on a T=256 chain against fla chunk's 47).
     WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
     fp32 = dtype == torch.float32
     BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
@@ -578,7 +597,8 @@ def gdn_tree(
     config: GDNTreeConfig | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
-    """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
+    """Tree verification in two Triton launches (three with the chain path); same contract as
+    `weaver.ops.gdn.gdn_tree`.
 
     Args:
         q, k: [B, T, H, K] bf16 or fp32; v: [B, T, HV, V]; g (log decay <= 0), beta: [B, T, HV].
