@@ -290,18 +290,24 @@ def test_gdn_tree_rejects_bad_inputs() -> None:
 
 
 @pytest.mark.gpu  # CUDA graphs need a GPU: run by scripts/gpu/kernels.sh, deselected on CPU
-@pytest.mark.parametrize("kind, chain_path", [("proposal", "auto"), ("chain", "on"), ("proposal", "on")])
-def test_gdn_tree_cuda_graph_capture(kind: str, chain_path: str) -> None:
-    """Capture and replay; with the chain path the launches are the same for chains and trees (no host sync)."""
+@pytest.mark.parametrize(
+    "captured, replayed, chain_path",
+    [("proposal", "proposal", "auto"), ("chain", "proposal", "on"), ("proposal", "chain", "on")],
+)
+def test_gdn_tree_cuda_graph_capture(captured: str, replayed: str, chain_path: str) -> None:
+    """Capture, change the inputs (with the chain path: a chain becomes a tree or back, in place), replay: the
+    graph follows the data, since whether a row takes the chain path is read on the device."""
     T = 128
-    par = random_batch(1, T, seed=1, kinds=(kind,), max_pads=0).to("cuda")
+    par, par_new = (random_batch(1, T, seed=1, kinds=(kind,), max_pads=0).cuda() for kind in (captured, replayed))
     cfg = default_config(T, SHAPE["V"])._replace(chain_path=chain_path)
     q, k, v, g, beta, s0 = make_inputs(1, T, seed=1, dtype=torch.bfloat16, **SHAPE)
-    q, k, v, g, beta, s0, par = (x.cuda() for x in (q, k, v, g, beta, s0, par))
+    q, k, v, g, beta, s0 = (x.cuda() for x in (q, k, v, g, beta, s0))
+    o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, config=cfg)  # compiles outside the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         o_graph, _ = wt.gdn_tree(q, k, v, g, beta, wt.build_tree_structure(par), initial_state=s0, config=cfg)
     v.normal_()
+    par.copy_(par_new)
     o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, config=cfg)
     graph.replay()
     torch.cuda.synchronize()
