@@ -510,6 +510,9 @@ def gdn_chain_solve_kernel(
             b_wd = (b_out * b_rk)[:, None] * b_d  # S after the tile's last node
             b_s = tl.exp(b_ge - b_gp) * b_s + _times_fp32(tl.trans(b_k), b_wd, LOWP, PREC, INTERPRET)
             b_gp = b_ge
+    if T < 0:  # never: keeps the last tile's state update alive, so it compiles like the others (v9a: the H200
+        # faulted whenever the last tile ran, i.e. T = TP; with its update dead-code-eliminated, see NOTES.md)
+        tl.store(p_a + o_k[:, None] * BV + o_c[None, :], b_s)
 
 
 def gdn_tree_fwd(
