@@ -34,8 +34,6 @@ GEMMS = {  # name: (rows of W, K, flags); one launch per layer, the LM head once
     "gate_up+norm+swiglu": (2 * INTER, HIDDEN, ("norm", "swiglu")),
     "down+res": (HIDDEN, INTER, ("res",)),
     "lm_head+norm": (VOCAB, HIDDEN, ("norm", "norm_out", "fp32")),
-    "q+norm": (H * D, HIDDEN, ("norm",)),  # the fused draft: q and k|v are two launches a layer
-    "kv+norm": (2 * HKV * D, HIDDEN, ("norm",)),
 }
 ROWS = (16, 65)  # a chain of block 16; a Weaver tree of budget 64
 PREFIX = 300
@@ -47,10 +45,10 @@ DEVICE = torch.device("cuda")  # --cpu-smoke: the CPU, kernels interpreted (a pl
 # -------------------------------------------------------------------------------------- the cases
 
 
-def case_names(rows: tuple[int, ...] = ROWS, gemms: tuple[str, ...] = ()) -> list[tuple[str, str, int]]:
-    """(kernel, shape name, rows or nodes) for every timed shape (`gemms`: only these GEMM shapes)."""
-    cases = [("gemm_rows", name, m) for name in GEMMS for m in rows if not gemms or name in gemms]
-    return cases + [(kernel, "tree", t) for kernel in ("tree_attention", "tree_rope_kv_write") for t in rows]
+def case_names() -> list[tuple[str, str, int]]:
+    """(kernel, shape name, rows or nodes) for every timed shape."""
+    cases = [("gemm_rows", name, m) for name in GEMMS for m in ROWS]
+    return cases + [(kernel, "tree", t) for kernel in ("tree_attention", "tree_rope_kv_write") for t in ROWS]
 
 
 def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
@@ -82,17 +80,6 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
     return [(qkv, ck, cv, lengths, node_depth(parents), inv_freq) for ck, cv in caches]
 
 
-_STATS: dict[int, torch.Tensor] = {}
-
-
-def _stats_of(x: torch.Tensor) -> torch.Tensor:
-    """x's row_sumsq buffer (made once per tensor, outside any captured graph: the first launch is eager)."""
-    if x.data_ptr() not in _STATS:
-        sq = torch.nn.functional.pad(x.float().square(), (0, -x.shape[1] % 16))
-        _STATS[x.data_ptr()] = sq.view(x.shape[0], -1, 16).sum(-1).T.contiguous()
-    return _STATS[x.data_ptr()]
-
-
 def launch(kernel: str, name: str, config: tuple, args: tuple):
     """One kernel launch of a case with a launch config."""
     from weaver.ops import triton as wt
@@ -102,14 +89,8 @@ def launch(kernel: str, name: str, config: tuple, args: tuple):
         x, w, nw, res = args
         flags = GEMMS[name][2]
         norm_out = torch.empty_like(x) if "norm_out" in flags else None
-        stats = {}
-        if NORM_STATS and "norm" in flags:  # as the verify runs them: the norm reads the producer's statistics
-            stats["norm_stats"] = _stats_of(x)
-        elif NORM_STATS and "res" in flags:  # and the residual GEMMs write them
-            stats["sumsq_out"] = _stats_of(res)
         return wt.fused_gemv(x, w, norm_weight=nw, residual=res, swiglu="swiglu" in flags, norm_out=norm_out,
-                             out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config),
-                             **stats)  # fmt: skip
+                             out_dtype=torch.float32 if "fp32" in flags else None, tiles=GemmTiles(*config))
     if kernel == "tree_attention":
         block_r, block_s, warps, stages = config
         return wt.tree_attention(*args, H, HKV, block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)
@@ -143,19 +124,13 @@ def table_key(kernel: str, name: str, m: int) -> str:
 
 
 WIDE_K: list[int] = []  # --wide-k: an extra BLOCK_K (512) for the 16-row tiles
-SPLITS: list[int] = []  # --split-k: K split over this many programs per output tile (16-row tiles)
-# --norm-stats: GEMMs with a norm read row statistics, residual GEMMs write them, as in the verify (an environment
-# variable, so that the compile workers build the same kernels)
-NORM_STATS = os.environ.get("WEAVER_SWEEP_NORM_STATS") == "1"
 
 
 def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
     """Tile sizes at 4 warps and 3 stages (register-bounded tiles only). With --wide-k the 16-row tiles also
     try BLOCK_K 512: two or three K steps for the SmolLM2 shapes (K = 576 / 1536), closer to the decode GEMV's
     short load chain (the v7 profile: 4.8 us per 16-row GEMM against 3.6 for the one-row GEMV). 1024 spills
-    at 4 warps on sm_90 (triton 3.6: 424-5712 B of stack), 512 does not at BLOCK_N 16 (NOTES_h200.md).
-    With --split-k the 16-row tiles of width 16 / 32 also split K (GemmTiles.split_k): the chain verify's GEMMs
-    have only 18-48 output tiles for 132 SMs. gemm_rows configs are GemmTiles tuples (split_k last)."""
+    at 4 warps on sm_90 (triton 3.6: 424-5712 B of stack), 512 does not at BLOCK_N 16 (NOTES_h200.md)."""
     if kernel == "gemm_rows":
         k = GEMMS[name][1]
         grid = []
@@ -163,11 +138,7 @@ def coarse_grid(kernel: str, name: str, m: int) -> list[tuple]:
                                             [32, 64, 128, 256, *WIDE_K]):  # fmt: skip
             fits = bm * bk <= 8192 and bn * bk <= 16384 or (bk in WIDE_K and bm == 16 and bn <= 32)
             if bk <= max(32, 1 << (k - 1).bit_length()) and bm * bn <= 8192 and fits:
-                grid.append((bm, bn, bk, 4, 3, 1))
-                k_tiles = -(-k // bk)
-                few_tiles = -(-GEMMS[name][0] // bn) * -(-m // bm) <= 132 * (2 if "swiglu" in GEMMS[name][2] else 1)
-                grid += [(bm, bn, bk, 4, 3, split) for split in SPLITS
-                         if few_tiles and bm == 16 and bn <= 32 and 64 <= bk <= 256 and split <= k_tiles]  # fmt: skip
+                grid.append((bm, bn, bk, 4, 3))
         return grid
     if kernel == "tree_attention":
         return [(br, bs, 4, 3) for br, bs in itertools.product([16, 32, 64, 128], [16, 32, 64, 128])]
@@ -178,9 +149,6 @@ def refine_grid(kernel: str, best: list[tuple]) -> list[tuple]:
     """Warps x stages around the best tile sizes."""
     if kernel == "tree_rope_kv_write":
         return []
-    if kernel == "gemm_rows":  # (block_m, block_n, block_k, warps, stages, split_k)
-        tiles = {(*cfg[:3], cfg[5]) for cfg in best}
-        return [(*t[:3], w, s, t[3]) for t in sorted(tiles) for w, s in itertools.product([1, 2, 4, 8], [1, 2, 3, 4])]
     tiles = {cfg[:-2] for cfg in best}
     return [(*t, w, s) for t in sorted(tiles) for w, s in itertools.product([1, 2, 4, 8], [1, 2, 3, 4])]
 
@@ -266,8 +234,7 @@ def sweep(args: argparse.Namespace) -> dict:
     deadline = t0 + args.budget_s
     results: list[dict] = []
     best: dict[str, dict] = {}
-    cases = [case for case in case_names(tuple(args.rows), tuple(args.gemms))
-             if not args.kernels or case[0] in args.kernels]
+    cases = [case for case in case_names() if not args.kernels or case[0] in args.kernels]
     inputs = {}
     for case in cases:
         one = make_inputs(*case, 1)[0]
@@ -316,8 +283,8 @@ def sweep(args: argparse.Namespace) -> dict:
 def report(out: dict) -> str:
     """The table: per shape the default and the best config, and the verify pass at 30 layers."""
     lines = [f"{'kernel':18s} {'shape':22s} {'m':>3s} | {'default':>9s} {'best':>9s} {'x':>5s} | best config "
-             "(gemm: block_m n k warps stages split_k; attention: block_r s warps stages; rope: warps) | next best"]
-    totals = {m: [0.0, 0.0] for m in sorted({e["case"][2] for es in out["best"].values() for e in es.values()})}
+             "(gemm: block_m n k warps stages; attention: block_r s warps stages; rope: warps) | next best"]
+    totals = {m: [0.0, 0.0] for m in ROWS}
     for kernel, entries in out["best"].items():
         for entry in entries.values():
             _, name, m = entry["case"]
@@ -327,7 +294,7 @@ def report(out: dict) -> str:
             lines.append(f"{kernel:18s} {name:22s} {m:3d} | {d_us or float('nan'):9.2f} {b_us:9.2f} {gain} | "
                          f"{tuple(entry['config'])} | {runner}")
             times = LAYERS if name != "lm_head+norm" else 1
-            if d_us and name not in ("q+norm", "kv+norm"):  # the draft's shapes are not in the verify pass
+            if d_us:
                 totals[m][0] += times * d_us
                 totals[m][1] += times * b_us
     for m, (d_us, b_us) in totals.items():
@@ -345,11 +312,6 @@ def main() -> int:
     parser.add_argument("--out", default="verify_sweep.json", help="JSON report (its 'best' is a tuning table)")
     parser.add_argument("--budget-s", type=float, default=150.0, help="stop timing new configs after this long")
     parser.add_argument("--wide-k", action="store_true", help="16-row GEMM tiles also try BLOCK_K 512")
-    parser.add_argument("--split-k", type=int, nargs="*", default=[], help="16-row GEMM tiles also split K so")
-    parser.add_argument("--norm-stats", action="store_true",
-                        help="GEMMs as the verify runs them with WEAVER_NORM_STATS=1 (row statistics handed on)")
-    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS), help="rows (GEMM) / nodes (attention)")
-    parser.add_argument("--gemms", nargs="*", choices=list(GEMMS), default=[], help="only these GEMM shapes")
     parser.add_argument("--jobs", type=int, default=max(1, min(15, (os.cpu_count() or 2) - 1)),
                         help="compile worker processes (1: compile while timing)")
     parser.add_argument("--replays", type=int, default=15, help="graph replays per config (median)")
@@ -360,11 +322,6 @@ def main() -> int:
     args = parser.parse_args()
     if args.wide_k:
         WIDE_K.append(512)
-    SPLITS.extend(s for s in args.split_k if s > 1)
-    if args.norm_stats:
-        global NORM_STATS
-        NORM_STATS = True
-        os.environ["WEAVER_SWEEP_NORM_STATS"] = "1"
     if args.cpu_smoke:
         global DEVICE
         DEVICE = torch.device("cpu")

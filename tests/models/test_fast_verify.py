@@ -149,27 +149,3 @@ def test_rope_inside_attention_or_not(fused, max_nodes, monkeypatch):
     assert_close("layer 1 k", ref_cache.layers[1].k, fast_cache.layers[1].k, 1e-5)
     one_launch = fused == "1" and parents.shape[1] <= max_nodes  # the deep tree has 14 nodes
     assert set(launched) == {"tree_attention_rope" if one_launch else "tree_attention"}
-
-
-@pytest.mark.parametrize("handoff", ["1", "0"])
-@torch.no_grad()
-def test_norm_statistics_handed_between_gemms_or_not(handoff, monkeypatch):
-    """WEAVER_NORM_STATS: the residual-stream GEMMs leave the next RMSNorm's statistics (every normalising GEMM
-    but the first layer's reads them) or every normalising GEMM recomputes them; both give the reference."""
-    monkeypatch.setenv("WEAVER_NORM_STATS", handoff)
-    kernels = FastVerifier(_model("tiny-llama")).kernels
-    calls = []
-    real = kernels.fused_gemv
-    monkeypatch.setattr(kernels, "fused_gemv", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
-    model = _model("tiny-llama")
-    parents = torch.tensor(TREES["deep"], device=DEVICE)
-    tokens = torch.arange(3, 3 + parents.numel(), device=DEVICE).view(parents.shape)
-    ref_cache, fast_cache = model.allocate_cache(parents.shape[0], 24), model.allocate_cache(parents.shape[0], 24)
-    want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
-    got = FastVerifier(model)(tokens, fast_cache, parents)
-    assert_close("logits", want.logits, got.logits, 1e-5)
-    assert_close("hidden", want.hidden, got.hidden, 1e-5)
-    layers = len(model.model.layers)
-    readers = sum(kw.get("norm_stats") is not None for kw in calls)
-    writers = sum(kw.get("sumsq_out") is not None for kw in calls)
-    assert (readers, writers) == ((2 * layers, 2 * layers) if handoff == "1" else (0, 0))

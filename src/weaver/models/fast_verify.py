@@ -7,10 +7,6 @@ write at slots lengths + j), (tree attention), (o + residual), (post norm + gate
 hidden rows. Like the reference it writes only the tree's slots and leaves `cache.lengths` alone;
 `Decoder.commit` keeps the accepted path afterwards.
 
-The GEMMs that write the residual stream (o + residual, down + residual) also leave its RMSNorm statistics
-(`row_sumsq`) for the next GEMM with a norm, which then skips its pass over the whole rows; WEAVER_NORM_STATS=0
-recomputes them in every normalising GEMM instead.
-
 Trees of at most ROPE_ATTENTION_MAX_NODES nodes merge the second and third launches (`tree_attention_rope`:
 each attention program ropes the tree's K itself, from a cos/sin table computed once a verify) unless
 WEAVER_ROPE_ATTENTION=0.
@@ -41,7 +37,6 @@ class FastVerifier(FusedPath):
     def __init__(self, model: Decoder) -> None:
         super().__init__(model)
         self.rope_attention = rope_in_attention()  # read once: a captured graph keeps what it launched
-        self.norm_stats = norm_stats_handoff()
 
     def __call__(
         self,
@@ -61,9 +56,6 @@ class FastVerifier(FusedPath):
         anc = ancestor_mask(parents) if ancestors is None else ancestors  # [B, T, T], shared by every layer
         gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)  # B T rows: one weight read per row tile
         x = m.model.embed_tokens(tokens.reshape(b * t))  # [B T, hidden]: one row per node
-        stats = k.row_sumsq(b * t, x.shape[1], x.device) if self.norm_stats else None
-        stream = {"sumsq_out": stats}  # the GEMMs writing the residual stream leave its norm statistics
-        normed = {"norm_stats": stats}  # and the next normalising GEMM reads them (none for the embeddings)
         rope = None
         if self.rope_attention and t <= ROPE_ATTENTION_MAX_NODES:
             rope = k.rope_table(cache.lengths, depth, m.rope_inv_freq, x.dtype)
@@ -71,19 +63,18 @@ class FastVerifier(FusedPath):
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = self.qk_norms(attn)
-            qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight, **(normed if i else {}))
+            qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
             o = tree_attend(
                 k, rope, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
                 m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm, self.eps,
             )
-            x = gemm(o, attn.o_proj.weight, residual=x, **stream)
-            act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True, **normed)
-            x = gemm(act, mlp.down_proj.weight, residual=x, **stream)
+            x = gemm(o, attn.o_proj.weight, residual=x)
+            act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
+            x = gemm(act, mlp.down_proj.weight, residual=x)
             if i in capture_layers:
                 captured.append(x.view(b, t, -1))
         hidden = torch.empty_like(x)  # written by the LM-head launch: its RMSNorm prologue is the final norm
-        logits = gemm(x, m.lm_head.weight, norm_weight=m.model.norm.weight, out_dtype=torch.float32, norm_out=hidden,
-                      **(normed if m.model.layers else {}))  # fmt: skip
+        logits = gemm(x, m.lm_head.weight, norm_weight=m.model.norm.weight, out_dtype=torch.float32, norm_out=hidden)
         cap = torch.cat(captured, dim=-1) if captured else None
         return ForwardOutput(logits=logits.view(b, t, -1), hidden=hidden.view(b, t, -1), captured=cap)
 
@@ -91,11 +82,6 @@ class FastVerifier(FusedPath):
 def rope_in_attention() -> bool:
     """WEAVER_ROPE_ATTENTION (default 1): qk-norm + RoPE + K/V write inside the tree-attention launch."""
     return os.environ.get("WEAVER_ROPE_ATTENTION", "1") != "0"
-
-
-def norm_stats_handoff() -> bool:
-    """WEAVER_NORM_STATS (default 1): residual-stream GEMMs hand the next RMSNorm its row statistics."""
-    return os.environ.get("WEAVER_NORM_STATS", "1") != "0"
 
 
 def tree_attend(

@@ -21,7 +21,7 @@ from functools import partial
 import torch
 from torch import nn
 
-from weaver.models.fast_verify import ROPE_ATTENTION_MAX_NODES, norm_stats_handoff, rope_in_attention, tree_attend
+from weaver.models.fast_verify import ROPE_ATTENTION_MAX_NODES, rope_in_attention, tree_attend
 from weaver.spec.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
 
@@ -54,7 +54,6 @@ class FastDrafter:
         self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
         self.head_dim = cfg.head_dim
         self.rope_attention = rope_in_attention()  # as the fast verify: RoPE + K/V write inside the attention
-        self.norm_stats = norm_stats_handoff()  # as the fast verify: residual GEMMs hand on the norm statistics
         bk = cfg.block_size
         device = drafter.device
         self.depth = torch.arange(bk, device=device)[None]  # [1, Bk]: node j of the block sits at start + j
@@ -74,22 +73,20 @@ class FastDrafter:
         depth = self.depth.expand(b, bk)
         x = d.block_embeddings(root, embed_tokens).reshape(b * bk, -1)  # [B Bk, H]
         qkv = torch.empty(b * bk, (h + 2 * hkv) * hd, device=x.device, dtype=x.dtype)
-        stats = k.row_sumsq(b * bk, x.shape[1], x.device) if self.norm_stats else None
-        stream, normed = {"sumsq_out": stats}, {"norm_stats": stats}
         rope = None
         if self.rope_attention and bk <= ROPE_ATTENTION_MAX_NODES:
             rope = k.rope_table(ctx.lengths, depth, d.rope_inv_freq, x.dtype)
         for i, (layer, k_cache, v_cache) in enumerate(zip(d.layers, ctx.k, ctx.v, strict=True)):
             attn, mlp, ln = layer.self_attn, layer.mlp, layer.input_layernorm.weight
-            gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd], **(normed if i else {}))
-            gemm(x, attn.fused_kv.weight, norm_weight=ln, out=qkv[:, h * hd :], **(normed if i else {}))
+            gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd])
+            gemm(x, attn.fused_kv.weight, norm_weight=ln, out=qkv[:, h * hd :])
             o = tree_attend(
                 k, rope, qkv, k_cache, v_cache, ctx.lengths, depth, self.visible[i].expand(b, bk, bk),
                 d.rope_inv_freq, h, hkv, attn.q_norm.weight, attn.k_norm.weight, self.eps,
             )
-            x = gemm(o, attn.o_proj.weight, residual=x, **stream)
-            act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True, **normed)
-            x = gemm(act, mlp.down_proj.weight, residual=x, **stream)
+            x = gemm(o, attn.o_proj.weight, residual=x)
+            act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
+            x = gemm(act, mlp.down_proj.weight, residual=x)
         rows = x.view(b, bk, -1)[:, 1:].reshape(b * (bk - 1), -1)  # the MASK rows: a view at batch 1
         hidden = torch.empty_like(rows)  # written by the LM-head launch: its RMSNorm prologue is the final norm
         logits = gemm(rows, lm_head.weight, norm_weight=d.norm.weight, out_dtype=torch.float32, norm_out=hidden)

@@ -31,7 +31,6 @@ __all__ = [
     "gdn_tree_commit",
     "tree_attention",
     "rope_table",
-    "row_sumsq",
     "tree_attention_rope",
     "tree_conv1d",
     "tree_rope_kv_write",
@@ -52,7 +51,7 @@ def triton_available() -> bool:
 
 if importlib.util.find_spec("triton") is not None:
     from weaver.ops.triton.conv import conv_state_commit, tree_conv1d
-    from weaver.ops.triton.decode import decode_attention, fused_gemv, row_sumsq
+    from weaver.ops.triton.decode import decode_attention, fused_gemv
     from weaver.ops.triton.gdn_commit import gdn_tree_commit
     from weaver.ops.triton.gdn_tree import GDNTreeConfig, gdn_tree
     from weaver.ops.triton.structure import TreeStructure, build_tree_structure
@@ -64,5 +63,4 @@ else:  # keep the names importable; calling them explains what is missing
 
     conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = _missing
     decode_attention = fused_gemv = tree_attention = tree_attention_rope = tree_rope_kv_write = rope_table = _missing
-    row_sumsq = _missing
     GDNTreeConfig = TreeStructure = None

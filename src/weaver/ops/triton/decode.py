@@ -40,16 +40,6 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[in
 
 
 ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
-STAT_COLS: tl.constexpr = tl.constexpr(16)  # columns per partial sum of squares (the smallest BLOCK_N)
-
-
-def row_sumsq(m: int, n: int, device: torch.device) -> torch.Tensor:
-    """A buffer for `fused_gemv(sumsq_out=...)`: [ceil(n / 16), m] fp32 partial sums of squares of the rows.
-
-    The GEMM that writes the residual stream also leaves the next RMSNorm's statistics here, so the next
-    GEMM with a norm (`norm_stats=`) reads 36 numbers per row instead of the whole rows before its first dot
-    (the 16-row GEMMs with a norm: 5.8 us against 3.9 without, h200 split_k sweep)."""
-    return torch.empty(triton.cdiv(n, 16), m, dtype=torch.float32, device=device)
 
 
 class GemmTiles(NamedTuple):
@@ -60,9 +50,6 @@ class GemmTiles(NamedTuple):
     block_k: int
     num_warps: int = 4
     num_stages: int = 3  # Triton's default on NVIDIA GPUs
-    # K split over this many programs per output tile; the last to finish sums the fp32 partials in a fixed
-    # order and runs the epilogue (more programs in flight for the few-tile 16-row GEMMs of a chain verify)
-    split_k: int = 1
 
 
 def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> GemmTiles:
@@ -169,8 +156,6 @@ def fused_gemv(
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
-    sumsq_out: torch.Tensor | None = None,  # `row_sumsq(M, N_out)`: receives the output rows' sums of squares
-    norm_stats: torch.Tensor | None = None,  # `row_sumsq(M, K)` written by the GEMM that produced x (needs norm)
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV).
@@ -178,8 +163,7 @@ def fused_gemv(
     Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
     The row-tiled launch is `tiles`, else the entry of the WEAVER_TRITON_TUNING table for this shape
-    (`tuning`), else `gemm_rows_config`. `sumsq_out` / `norm_stats` (row tiles only) hand the RMSNorm
-    statistics of a residual stream from the GEMM that writes it to the next GEMM that normalises it.
+    (`tuning`), else `gemm_rows_config`.
     """
     check_device(x, weight, norm_weight, residual, norm_out)
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
@@ -205,28 +189,17 @@ def fused_gemv(
         raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no swiglu, tiles)")
     if norm_bias is not None and not (norm_fp32 and norm_weight is not None):
         raise ValueError("norm_bias needs norm_weight and norm_fp32=True")
-    check_device(x, bias, norm_bias, sumsq_out, norm_stats)
-    for name, stats, cols in (("sumsq_out", sumsq_out, n_out), ("norm_stats", norm_stats, k)):
-        want = (triton.cdiv(cols, 16), m)
-        if stats is not None and (stats.shape != want or stats.dtype != torch.float32 or not stats.is_contiguous()):
-            raise ValueError(f"{name} must be a contiguous float32 {want} (row_sumsq), got {tuple(stats.shape)} "
-                             f"{stats.dtype}")  # fmt: skip
-    if norm_stats is not None and norm_weight is None:
-        raise ValueError("norm_stats are the statistics of an RMSNorm: they need norm_weight")
-    if (sumsq_out is not None or norm_stats is not None) and (adapter_opts or row_tiles is False):
-        raise ValueError("sumsq_out and norm_stats are options of the row-tiled kernel (row_tiles=None or True)")
+    check_device(x, bias, norm_bias)
     if row_tiles is None:
         row_tiles = not adapter_opts and (
-            norm_out is not None or sumsq_out is not None or norm_stats is not None or tiles is not None
-            or (config is None and m >= ROW_TILE_MIN_M)
+            norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
         )
     if row_tiles:
         if tiles is None:
             key = tuning.gemm_rows_key(n_out, k, m, x.dtype, out.dtype, norm_weight is not None, swiglu,
                                        residual is not None, norm_out is not None)
             tiles = GemmTiles(*tuning.tuned("gemm_rows", key) or gemm_rows_config(n_out, k, m, x.device))
-        return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles, sumsq_out,
-                                norm_stats)  # fmt: skip
+        return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles)
     if tiles is not None:
         raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
     if norm_out is not None:
@@ -281,44 +254,6 @@ def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexp
 
 
 @triton.jit
-def _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, sq_ptr, stride_rm, stride_om, M,
-                        N_OUT, DTYPE: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
-                        SUMSQ: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
-    """[silu(gate) * up] [+ residual] of the fp32 accumulators, rounded as the unfused code, stored; with SUMSQ
-    also each row's sum of squares of the stored values per STAT_COLS output columns (`row_sumsq` layout)."""
-    y = acc
-    if SWIGLU:
-        gate = _round(acc, DTYPE)
-        y = _round(gate / (1.0 + tl.exp(-gate)), DTYPE) * _round(acc_up, DTYPE)
-    mask_o = mask_m[:, None] & mask_n[None, :]
-    if RESIDUAL:
-        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
-        y = _round(y, DTYPE) + r
-    out_dtype = out_ptr.dtype.element_ty
-    y = _round(y, out_dtype)
-    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], y.to(out_dtype), mask=mask_o)
-    if SUMSQ:  # the next RMSNorm's statistics, so its GEMM need not read the whole rows first
-        NG: tl.constexpr = BLOCK_N // STAT_COLS
-        sq = tl.sum(tl.reshape(tl.where(mask_o, y * y, 0.0), (BLOCK_M, NG, STAT_COLS)), 2)  # [BLOCK_M, NG]
-        o_g = tl.program_id(0) * NG + tl.arange(0, NG)
-        mask_g = o_g < (N_OUT + STAT_COLS - 1) // STAT_COLS
-        tl.store(sq_ptr + o_g[None, :] * M + o_m[:, None], sq, mask=mask_m[:, None] & mask_g[None, :])
-
-
-@triton.jit
-def _stats_rstd(sq_ptr, o_m, mask_m, M, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / rms of each row from the producer's per-column-group sums of squares (`row_sumsq` layout), read in
-    [BLOCK_M, BLOCK_K] tiles like `rows_rstd` reads x (the same register layout: ptxas spilled with another)."""
-    o_g0 = tl.arange(0, BLOCK_K)
-    n_g = (K + STAT_COLS - 1) // STAT_COLS
-    sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
-    for g0 in range(0, n_g, BLOCK_K):
-        o_g = g0 + o_g0
-        sq += tl.load(sq_ptr + o_g[None, :] * M + o_m[:, None], mask=mask_m[:, None] & (o_g < n_g)[None, :], other=0.0)
-    return 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
-
-
-@triton.jit
 def _prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
     """Ask L2 for the K bf16 elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
     o_c = tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)
@@ -328,13 +263,12 @@ def _prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
 
 @triton.jit
 def _gemm_rows_kernel(
-    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr, ws_ptr, count_ptr, stats_ptr, sq_ptr,
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
     M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr, STATS: tl.constexpr = False, SUMSQ: tl.constexpr = False, PDL: tl.constexpr = False,
-    K_LINES: tl.constexpr = 1,
+    PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
 ):
     i_n = tl.program_id(0)
     i_m = tl.program_id(1)
@@ -353,21 +287,11 @@ def _gemm_rows_kernel(
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if NORM:  # RMSNorm statistics of every row of the tile (all of K): the producer's sums, or recomputed
-        if STATS:
-            rstd = _stats_rstd(stats_ptr, o_m, mask_m, M, K, eps, BLOCK_M, BLOCK_K)
-        else:
-            rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
-    if SPLIT_K > 1:  # this program's share of the K tiles
-        per = tl.cdiv(tl.cdiv(K, BLOCK_K), SPLIT_K) * BLOCK_K
-        k_lo = tl.program_id(2) * per
-        k_hi = tl.minimum(K, k_lo + per)
-    else:
-        k_lo = 0
-        k_hi = K
+    if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
+        rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         o_k = k0 + o_k0
         mask_k = o_k < K
         b_x = load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM, dtype)
@@ -381,39 +305,25 @@ def _gemm_rows_kernel(
         if SWIGLU:
             b_up = tl.load(p_w + HALF * stride_wn, mask=mask_w, other=0.0)
             acc_up += _dot_rows(b_x, b_up, dtype, w_dtype, INTERPRET)
-    if SPLIT_K > 1:
-        # partials to the workspace; the last program of the tile (counted by an atomic) sums them in split
-        # order, so the result does not depend on which finished last, and resets the counter for the next call
-        tile = i_m * tl.num_programs(0) + i_n
-        NPART: tl.constexpr = 2 if SWIGLU else 1
-        o_mn = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        p_ws = ws_ptr + tile.to(tl.int64) * (SPLIT_K * NPART * BLOCK_M * BLOCK_N) + o_mn
-        slot = tl.program_id(2) * NPART * BLOCK_M * BLOCK_N
-        tl.store(p_ws + slot, acc)
-        if SWIGLU:
-            tl.store(p_ws + slot + BLOCK_M * BLOCK_N, acc_up)
-        tl.debug_barrier()  # every thread's partial is written before the release below
-        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
-            acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                acc += tl.load(p_ws + s * NPART * BLOCK_M * BLOCK_N, cache_modifier=".cg")
-                if SWIGLU:
-                    acc_up += tl.load(p_ws + (s * NPART + 1) * BLOCK_M * BLOCK_N, cache_modifier=".cg")
-            tl.atomic_xchg(count_ptr + tile, 0)
-            _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, sq_ptr, stride_rm, stride_om,
-                                M, N_OUT, dtype, SWIGLU, RESIDUAL, SUMSQ, BLOCK_M, BLOCK_N)  # fmt: skip
-    else:
-        _gemm_rows_epilogue(acc, acc_up, o_m, o_n, mask_m, mask_n, res_ptr, out_ptr, sq_ptr, stride_rm, stride_om,
-                            M, N_OUT, dtype, SWIGLU, RESIDUAL, SUMSQ, BLOCK_M, BLOCK_N)  # fmt: skip
+    y = acc
+    if SWIGLU:
+        gate = _round(acc, dtype)
+        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
+    mask_o = mask_m[:, None] & mask_n[None, :]
+    if RESIDUAL:
+        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
+        y = _round(y, dtype) + r
+    out_dtype = out_ptr.dtype.element_ty
+    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
 
 
 def _pdl_options(device: torch.device, k: int, itemsize: int) -> dict:
     """Programmatic dependent launch for the row GEMM (WEAVER_PDL=0: off; Hopper and later, compiled only).
 
-    The launch may start while the previous kernel in the stream still runs: each program prefetches its weight
-    rows into L2 (nothing in a forward pass writes weights), then waits for the previous kernel
-    (`griddepcontrol.wait`) before it reads anything else, so the weight stream overlaps the kernel boundary."""
+    The launch may start while the previous kernel in the stream still runs: each program asks L2 for its
+    weight rows (a prefetch hint, no data read), then waits for the previous kernel (`griddepcontrol.wait`)
+    before it loads anything, so the weight stream overlaps the kernel boundary. H200 (rounds/h200_v18): the
+    chain verify stage graph 0.81 -> 0.73 ms; the one-graph round did not move."""
     if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
         return {}
     if torch.cuda.get_device_capability(device)[0] < 9:
@@ -421,54 +331,21 @@ def _pdl_options(device: torch.device, k: int, itemsize: int) -> dict:
     return {"PDL": True, "K_LINES": triton.next_power_of_2(triton.cdiv(k, 64)), "launch_pdl": True}
 
 
-_SPLIT_COUNTERS = 1 << 16  # output tiles a split-K launch may have (int32 counters, 256 KB per device)
-_split_scratch: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def split_scratch(device: torch.device, numel: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 partials workspace of at least `numel`, zeroed tile counters) of a device, kept for the process.
-
-    The counters start at zero and every split-K launch leaves them at zero, so one set serves every launch
-    (and every CUDA-graph replay) on a stream; launches on concurrent streams must not overlap. They must be
-    created outside a CUDA-graph capture: the engine's capture warms up first (`weaver.spec.graphs.capture`)."""
-    ws, counts = _split_scratch.get(device, (None, None))
-    if counts is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("a split-K fused_gemv needs one call outside CUDA-graph capture first (warm up)")
-        counts = torch.zeros(_SPLIT_COUNTERS, dtype=torch.int32, device=device)
-    if ws is None or ws.numel() < numel:
-        ws = torch.empty(max(numel, 1 << 18), dtype=torch.float32, device=device)
-    _split_scratch[device] = (ws, counts)
-    return ws, counts
-
-
-def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles: GemmTiles,
-                     sumsq_out=None, norm_stats=None) -> torch.Tensor:  # fmt: skip
+def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles: GemmTiles) -> torch.Tensor:
     """Launch the row-tiled kernel for fused_gemv (arguments already checked there)."""
     m, k = x.shape
     n_out = out.shape[1]
     if min(tiles[:3]) < 16 or any(b & (b - 1) for b in tiles[:3]):
         raise ValueError(f"row tiles must be powers of two >= 16 (tl.dot), got {tiles}")
-    if tiles.split_k < 1:
-        raise ValueError(f"split_k must be >= 1, got {tiles.split_k}")
-    grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m), tiles.split_k)
-    ws = counts = out  # unused without a split
-    if tiles.split_k > 1:
-        n_tiles = grid[0] * grid[1]
-        if n_tiles > _SPLIT_COUNTERS:
-            raise ValueError(f"split-K launches take at most {_SPLIT_COUNTERS} output tiles, got {n_tiles}")
-        ws, counts = split_scratch(x.device, n_tiles * tiles.split_k * (2 if swiglu else 1) * tiles.block_m
-                                   * tiles.block_n)  # fmt: skip
+    grid = (triton.cdiv(n_out, tiles.block_n), triton.cdiv(m, tiles.block_m))
     _gemm_rows_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
-        norm_out if norm_out is not None else out, ws, counts,
-        norm_stats if norm_stats is not None else out, sumsq_out if sumsq_out is not None else out,
+        norm_out if norm_out is not None else out,
         m, k, n_out, n_out, eps,
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        SPLIT_K=tiles.split_k, STATS=norm_stats is not None, SUMSQ=sumsq_out is not None,
         num_warps=tiles.num_warps, num_stages=tiles.num_stages, **_pdl_options(x.device, k, weight.element_size()),
     )
     return out
