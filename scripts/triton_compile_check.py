@@ -31,7 +31,6 @@ from triton.compiler import ASTSource  # noqa: E402
 from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
 
 gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
-st = importlib.import_module("weaver.ops.triton.structure")
 tk = importlib.import_module("weaver.ops.triton.topk")
 na = importlib.import_module("weaver.ops.triton.node_attention")
 dc = importlib.import_module("weaver.ops.triton.decode")
@@ -64,45 +63,28 @@ def report(name: str, kern) -> str:
     return f"{name}: {line} | shared={kern.metadata.shared}"
 
 
-def check_structure(T: int) -> str:
-    """The tree structure kernel (ancestor mask, depth, chain flag) as build_tree_structure launches it."""
-    BT = next_pow2(T, 64)
-    args = dict(parents="*i32", anc="*i8", depth="*i32", chain="*i32", T="i32")
-    const = dict(BT=BT, BW=BT // 32, BR=32 if BT <= 128 else 16, NJ=max(0, (T - 1).bit_length()))
-    return report(f"T={T} structure", compile_kernel(st.tree_structure_kernel, args, const, 4))
-
-
 def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
     prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
     TP = gt.tile_rows(T, cfg.BT)
-    chain = gt.chain_path_on(T, cfg)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
     prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "amat", "pmat", "rhs", "qh", "aux_k", "aux_G")}
-    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", chain="*i32", scale="fp32",
-                     T="i32", W0="i32")  # fmt: skip
+    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32", W0="i32")
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=False, LOWP=dtype == "bf16", CHAIN=chain)  # fmt: skip
+                      L2NORM=False, LOWP=dtype == "bf16")  # fmt: skip
     preps = []  # one kernel for every item kind, or (split_prep) one per kind
     kinds = ((1, "prep diagonal"), (2, "prep pair"), (3, "prep state")) if cfg.split_prep else ((0, "prep"),)
     for items, name in kinds:
         kern = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, dict(prep_const, ITEMS=items), cfg.prep_warps,
-                              cfg.prep_stages)  # fmt: skip
+                              cfg.prep_stages)
         preps.append(report(f"T={T} {dtype} {cfg} {name}", kern))
-    chains = []
-    if chain:  # the chunked chain solve, launched between the prep and the tree solve
-        args = {n: "*fp32" for n in ("beta", "h0", "amat", "pmat", "aux_delta", "aux_G")}
-        args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", o=f"*{el}", chain="*i32", scale="fp32", T="i32")
-        const = dict(common, BK=next_pow2(K), BV=cfg.BV, TP=TP, L2NORM=False, LOWP=dtype == "bf16")
-        kern = compile_kernel(gt.gdn_chain_solve_kernel, args, const, cfg.num_warps, cfg.num_stages)
-        chains.append(report(f"T={T} {dtype} {cfg} chain solve", kern))
     solve_args = {n: "*fp32" for n in ("amat", "pmat", "rhs", "qh", "aux_delta")}
-    solve_args.update(o=f"*{el}", chain="*i32", T="i32")
-    solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False, CHAIN=chain)
+    solve_args.update(o=f"*{el}", T="i32")
+    solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False)
     solve_fn = gt.gdn_tree_solve_kernel if cfg.solve_order == "right" else gt.gdn_tree_solve_left_kernel
     solve = compile_kernel(solve_fn, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
-    return [*preps, *chains, report(f"T={T} {dtype} {cfg} solve", solve)]
+    return [*preps, report(f"T={T} {dtype} {cfg} solve", solve)]
 
 
 def check_small_topk() -> list[str]:
@@ -241,7 +223,6 @@ def main() -> None:
     parser.add_argument("--BT", type=int, nargs="+", default=[])
     parser.add_argument("--split-prep", action="store_true", help="also one prep kernel per item kind")
     parser.add_argument("--left-solve", action="store_true", help="also the left-looking solve")
-    parser.add_argument("--no-chain", action="store_true", help="not the chain_path='on' variant of each T")
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
     parser.add_argument("--adapter-gemv", action="store_true", help="also the Weaver step's MLP GEMVs")
@@ -257,7 +238,6 @@ def main() -> None:
         for line in check() if wanted else []:
             print(line, flush=True)
     for T in args.T:
-        print(check_structure(T), flush=True)
         for dtype in args.dtype:
             base = gt.default_config(T, 128, torch.bfloat16 if dtype == "bf16" else torch.float32)
             cfgs = [base] + [base._replace(BV=bv) for bv in args.BV] + [base._replace(num_warps=w) for w in args.warps]
@@ -267,9 +247,7 @@ def main() -> None:
             cfgs += [base._replace(BT=bt) for bt in args.BT]
             cfgs += [base._replace(split_prep=True)] if args.split_prep else []
             cfgs += [base._replace(solve_order="left")] + [base._replace(solve_order="left", BV=bv) for bv in args.BV] \
-                if args.left_solve else []  # fmt: skip
-            if not args.no_chain and not gt.chain_path_on(T, base):  # the chain path's kernels at every T
-                cfgs.append(base._replace(chain_path="on"))
+                if args.left_solve else []
             for cfg in cfgs:
                 try:
                     for line in check_gdn_tree(T, dtype, cfg):

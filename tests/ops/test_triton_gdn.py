@@ -15,7 +15,7 @@ from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.ops import triton as wt
 from weaver.ops.gdn import gdn_recurrent, gdn_tree, gdn_tree_commit, l2norm
-from weaver.ops.triton.gdn_tree import GDNTreeConfig, chain_path_on, default_config
+from weaver.ops.triton.gdn_tree import GDNTreeConfig
 from weaver.testing import assert_close, random_root_paths
 
 # (o, delta) tolerances: fp32 inputs run ieee dots; bf16 inputs give a bf16 o (rounding ~2^-8 relative;
@@ -45,19 +45,17 @@ def reference(q, k, v, g, beta, parents, s0, l2, scale=None):
     return gdn_tree(*d, parents, scale=scale, initial_state=None if s0 is None else s0.double(), use_qk_l2norm=l2)
 
 
-def check(par, dtype, l2, h0, seed, config=None, scale=None, per_row=False, **shape):
-    """gdn_tree vs the float64 reference: o and the three aux fields (per_row: each batch row on its own)."""
+def check(par, dtype, l2, h0, seed, config=None, scale=None, **shape):
     B, T = par.shape
     q, k, v, g, beta, s0 = make_inputs(B, T, seed=seed, dtype=dtype, l2=l2, h0=h0, **shape)
     o, aux = wt.gdn_tree(q, k, v, g, beta, par, scale=scale, initial_state=s0, use_qk_l2norm=l2, config=config)
     o_r, aux_r = reference(q, k, v, g, beta, par, s0, l2, scale)
     tol_o, tol_d = TOL[dtype]
     assert o.dtype == v.dtype and aux.delta.dtype == torch.float32
-    for b in range(B) if per_row else [slice(None)]:
-        assert_close(f"o[{b}]", o_r[b], o[b].float(), tol_o)
-        assert_close(f"delta[{b}]", aux_r.delta[b], aux.delta[b], tol_d)
-        assert_close(f"G[{b}]", aux_r.G[b], aux.G[b], 1e-6)
-        assert_close(f"k[{b}]", aux_r.k[b], aux.k[b], 1e-6)
+    assert_close("o", o_r, o.float(), tol_o)
+    assert_close("delta", aux_r.delta, aux.delta, tol_d)
+    assert_close("G", aux_r.G, aux.G, 1e-6)
+    assert_close("k", aux_r.k, aux.k, 1e-6)
     return aux, aux_r, s0
 
 
@@ -100,16 +98,13 @@ def test_gdn_tree_tile_sizes(kind: str, BT: int) -> None:
     check(par, torch.float32, False, True, seed=BT, config=GDNTreeConfig(BT=BT, BV=32), **SHAPE)
 
 
-LAUNCH_OPTIONS = {  # test id: config change
-    "stages2": dict(prep_stages=2, num_stages=2), "warps": dict(num_warps=8, prep_warps=2), "BV64": dict(BV=64),
-    "BVP16": dict(BVP=16), "BVP64": dict(BVP=64), "BT32": dict(BT=32), "BT64": dict(BT=64),
-    "split_prep": dict(split_prep=True), "left": dict(solve_order="left"),
-    "BT64-split-left": dict(BT=64, split_prep=True, solve_order="left"), "chain_path": dict(chain_path="on"),
-    "chain-left-BV64-warps8": dict(chain_path="on", solve_order="left", BV=64, num_warps=8),
-}  # fmt: skip
-
-
-@pytest.mark.parametrize("change", list(LAUNCH_OPTIONS.values()), ids=list(LAUNCH_OPTIONS))
+@pytest.mark.parametrize(
+    "change",
+    [dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64), dict(BVP=16),
+     dict(BVP=64), dict(BT=32), dict(BT=64), dict(split_prep=True), dict(solve_order="left"),
+     dict(BT=64, split_prep=True, solve_order="left")],
+    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64", "split_prep", "left", "BT64-split-left"],
+)
 def test_gdn_tree_launch_options(change: dict) -> None:
     """Every launch option computes the same function (chain and proposal trees, pad tiles skipped)."""
     T = 200 if FULL else 45  # 45 with BT=16: TP=64, the last tile is empty and skipped
@@ -134,59 +129,6 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
             check(par, torch.float32, False, h0, seed=6, config=GDNTreeConfig(BT=16), **SHAPE)
             cfg = GDNTreeConfig(BT=16, split_prep=True, solve_order="left")  # Delta_j read back: written first
             check(par, torch.float32, False, h0, seed=6, config=cfg, **SHAPE)
-
-
-@pytest.mark.parametrize(
-    "T, BT, dtype, l2, h0",
-    [
-        pytest.param(1, 16, torch.float32, False, True, id="T1-BT16-fp32"),
-        pytest.param(16, 16, torch.float32, True, False, id="T16-BT16-fp32-l2-nos0"),
-        pytest.param(50, 16, torch.float32, False, True, id="T50-BT16-fp32"),
-        pytest.param(37, 32, torch.bfloat16, True, True, id="T37-BT32-bf16-l2"),
-        pytest.param(80, 32, torch.bfloat16, False, False, id="T80-BT32-bf16-nos0"),
-        pytest.param(70, 64, torch.bfloat16, False, True, id="T70-BT64-bf16"),
-    ],
-)
-def test_gdn_tree_chain_path(T: int, BT: int, dtype: torch.dtype, l2: bool, h0: bool) -> None:
-    """A chain through the chunked chain path equals the reference and the dense tree path (chain_path='off')."""
-    T = min(256, 4 * T) if FULL else T
-    par = torch.tensor([random_parents(T, 0, "chain")], device=DEVICE)
-    cfg = GDNTreeConfig(BT=BT, BV=16, chain_path="on")
-    check(par, dtype, l2, h0, seed=T, config=cfg, **SHAPE)
-    q, k, v, g, beta, s0 = make_inputs(1, T, seed=T, dtype=dtype, l2=l2, h0=h0, **SHAPE)
-    o_on, aux_on = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, use_qk_l2norm=l2, config=cfg,
-                               out_dtype=torch.float32)  # fmt: skip
-    o_off, aux_off = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, use_qk_l2norm=l2,
-                                 config=cfg._replace(chain_path="off"), out_dtype=torch.float32)  # fmt: skip
-    tol = 1e-5 if dtype == torch.float32 else 1e-4  # bf16 (interpreter): each path is ~3e-5 off the reference
-    assert_close("o, chain vs tree path", o_off, o_on, tol)
-    assert_close("delta, chain vs tree path", aux_off.delta, aux_on.delta, tol)
-    assert torch.equal(aux_off.G, aux_on.G) and torch.equal(aux_off.k, aux_on.k)  # the same diagonal items
-
-
-def test_gdn_tree_chain_path_mixed_batch(monkeypatch) -> None:
-    """One call on a chain, a proposal tree and a chain followed by pad nodes (not flagged: the tree path),
-    each row checked, with scratch and outputs starting as NaN: a chain row that reached the tree solve (its
-    pair / state items are skipped) or a row that the chain kernel missed would show up. Then the commit."""
-    real_empty = torch.empty
-
-    def nan_empty(*args, **kwargs):
-        t = real_empty(*args, **kwargs)
-        return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
-
-    T = 200 if FULL else 37
-    par = torch.tensor([random_parents(T, 1, "chain"), random_parents(T, 2, "proposal"),
-                        random_parents(T, 3, "chain", pads=3)], device=DEVICE)  # fmt: skip
-    assert wt.build_tree_structure(par).chain.tolist() == [1, 0, 0]
-    monkeypatch.setattr(torch, "empty", nan_empty)
-    for solve_order, h0 in (("right", True), ("left", False)):
-        cfg = GDNTreeConfig(BT=16, chain_path="on", solve_order=solve_order)
-        aux, aux_r, s0 = check(par, torch.float32, False, h0, seed=7, config=cfg, per_row=True, **SHAPE)
-        path = random_root_paths(par.cpu(), torch.Generator().manual_seed(7), 1, DEVICE)
-        h = wt.gdn_tree_commit(aux, path, s0)
-        h_r = gdn_tree_commit(aux_r, path, None if s0 is None else s0.double())
-        for b in range(3):
-            assert_close(f"h[{b}] ({solve_order})", h_r[b], h[b], 1e-5)
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3", "bf16x3"])
@@ -248,13 +190,10 @@ def test_gdn_tree_structure_equals_parents() -> None:
     h0=st.booleans(),
     extra_pad=st.integers(0, 4),
     seed=st.integers(0, 10_000),
-    chain=st.booleans(),
 )
-def test_gdn_tree_commit_matches_reference_and_recurrence(B, T, h0, extra_pad, seed, chain) -> None:
-    """chain: rows alternate chains and proposal trees, through the chain path (16-row tiles: T > 16 carries S)."""
-    par = random_batch(B, T, seed, kinds=("chain", "proposal"), max_pads=0) if chain else random_batch(B, T, seed)
-    cfg = GDNTreeConfig(BT=16, chain_path="on") if chain else None
-    aux, aux_r, s0 = check(par, torch.float32, False, h0, seed, config=cfg, **SHAPE)
+def test_gdn_tree_commit_matches_reference_and_recurrence(B, T, h0, extra_pad, seed) -> None:
+    par = random_batch(B, T, seed)
+    aux, aux_r, s0 = check(par, torch.float32, False, h0, seed, **SHAPE)
     path_t = random_root_paths(par.cpu(), torch.Generator().manual_seed(seed), extra_pad, DEVICE)
     h = wt.gdn_tree_commit(aux, path_t, s0)
     assert h.dtype == torch.float32
@@ -282,33 +221,23 @@ def test_gdn_tree_rejects_bad_inputs() -> None:
         wt.gdn_tree(q, k, v, g, beta, par, config=GDNTreeConfig(BT=8))
     with pytest.raises(ValueError, match="solve_order"):
         wt.gdn_tree(q, k, v, g, beta, par, config=GDNTreeConfig(solve_order="up"))
-    with pytest.raises(ValueError, match="chain_path"):
-        wt.gdn_tree(q, k, v, g, beta, par, config=GDNTreeConfig(chain_path="yes"))
     with pytest.raises(ValueError, match="path"):
         _, aux = wt.gdn_tree(q, k, v, g, beta, par)
         wt.gdn_tree_commit(aux, par[0], None)
 
 
 @pytest.mark.gpu  # CUDA graphs need a GPU: run by scripts/gpu/kernels.sh, deselected on CPU
-@pytest.mark.parametrize(
-    "captured, replayed, chain_path",
-    [("proposal", "proposal", "auto"), ("chain", "proposal", "on"), ("proposal", "chain", "on")],
-)
-def test_gdn_tree_cuda_graph_capture(captured: str, replayed: str, chain_path: str) -> None:
-    """Capture, change the inputs (with the chain path: a chain becomes a tree or back, in place), replay: the
-    graph follows the data, since whether a row takes the chain path is read on the device."""
+def test_gdn_tree_cuda_graph_capture() -> None:
     T = 128
-    par, par_new = (random_batch(1, T, seed=1, kinds=(kind,), max_pads=0).cuda() for kind in (captured, replayed))
-    cfg = default_config(T, SHAPE["V"])._replace(chain_path=chain_path)
+    par = random_batch(1, T, seed=1, kinds=("proposal",)).to("cuda")
     q, k, v, g, beta, s0 = make_inputs(1, T, seed=1, dtype=torch.bfloat16, **SHAPE)
-    q, k, v, g, beta, s0 = (x.cuda() for x in (q, k, v, g, beta, s0))
-    o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, config=cfg)  # compiles outside the capture
+    q, k, v, g, beta, s0, par = (x.cuda() for x in (q, k, v, g, beta, s0, par))
+    o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        o_graph, _ = wt.gdn_tree(q, k, v, g, beta, wt.build_tree_structure(par), initial_state=s0, config=cfg)
+        o_graph, _ = wt.gdn_tree(q, k, v, g, beta, wt.build_tree_structure(par), initial_state=s0)
     v.normal_()
-    par.copy_(par_new)
-    o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, config=cfg)
+    o_eager, _ = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0)
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o_eager, o_graph)
@@ -324,8 +253,5 @@ def test_default_config_follows_the_h200_sweeps(monkeypatch) -> None:
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     assert default_config(256, 128).solve_order == "left" and default_config(128, 128).solve_order == "right"
-    assert chain_path_on(256, default_config(256, 128)) and chain_path_on(200, default_config(200, 128))
-    assert not chain_path_on(128, default_config(128, 128))  # T <= 128: no extra launch
-    assert not chain_path_on(256, default_config(256, 128, torch.float32))  # 32-row tiles
     monkeypatch.setenv("WEAVER_GDN_TREE_BT", "32")
     assert default_config(128, 128).BT == 32

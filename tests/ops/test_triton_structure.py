@@ -46,11 +46,6 @@ def random_batch(B: int, T: int, seed: int, kinds=KINDS, max_pads: int = 3) -> t
     return torch.tensor(rows, dtype=torch.long, device=DEVICE)
 
 
-def chain_flags(par: torch.Tensor) -> list[int]:
-    """1 for each row whose parents are exactly -1, 0, 1, ..., T - 2 (a chain without pad nodes)."""
-    return [int(row == list(range(-1, len(row) - 1))) for row in par.tolist()]
-
-
 @pytest.mark.parametrize("T", [1, 2, 31, 32, 33, 70] + ([256] if FULL else []), ids=lambda t: f"T{t}")
 @pytest.mark.parametrize("kind", KINDS)
 def test_structure_literal_kinds(T: int, kind: str) -> None:
@@ -59,7 +54,6 @@ def test_structure_literal_kinds(T: int, kind: str) -> None:
     assert s.anc.dtype == torch.int8 and s.depth.dtype == torch.int32 and s.parents.dtype == torch.int32
     assert torch.equal(s.anc.bool().cpu(), ancestor_mask(par).cpu())
     assert torch.equal(s.depth.long().cpu(), node_depth(par).cpu())
-    assert s.chain.dtype == torch.int32 and s.chain.tolist() == chain_flags(par)
 
 
 @settings(max_examples=8 if FULL else 20, deadline=None)
@@ -70,25 +64,6 @@ def test_structure_random_batches(B: int, T: int, seed: int) -> None:
     assert torch.equal(s.anc.bool().cpu(), ancestor_mask(par).cpu())
     assert torch.equal(s.depth.long().cpu(), node_depth(par).cpu())
     assert torch.equal(s.parents.long().cpu(), par.cpu())
-    assert s.chain.tolist() == chain_flags(par)
-
-
-@pytest.mark.parametrize(
-    "rows, flags",
-    [
-        pytest.param([[-1]], [1], id="T1"),
-        pytest.param([[-1, 0, 1, 2, 3]], [1], id="chain"),
-        pytest.param([[-1, 0, 1, -1, -1]], [0], id="chain-then-pads"),
-        pytest.param([[-1, -1, -1]], [0], id="pads-only"),
-        pytest.param([[-1, 0, 0, 2]], [0], id="branch"),
-        pytest.param([[-1, 0, 1, 2], [-1, 0, 1, 1], [-1, 0, 1, 2]], [1, 0, 1], id="mixed-batch"),
-        pytest.param([list(range(-1, 69)), list(range(-1, 68)) + [0]], [1, 0], id="T70-last-node-off"),
-    ],
-)
-def test_structure_chain_flag(rows: list[list[int]], flags: list[int]) -> None:
-    """TreeStructure.chain (the GDN chain path's switch): set only for a batch row that is one plain chain."""
-    s = wt.build_tree_structure(torch.tensor(rows, device=DEVICE))
-    assert s.chain.shape == (len(rows),) and s.chain.tolist() == flags
 
 
 def test_structure_rejects_bad_shapes() -> None:

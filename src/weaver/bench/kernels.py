@@ -15,9 +15,7 @@ Methods:
   chunk_chain    fla chunk_gated_delta_rule on a chain of T tokens (not a tree method; reference point)
   floor          bytes moved once (q, k, v, g, beta, H0 in; o, aux out) / measured copy bandwidth
 Errors: max |o - ref| / max |ref| against weaver.ops.gdn.gdn_tree in float64 on the same (rounded) inputs.
-`--sweep` also times the fused kernel over launch configurations. Beyond 128 nodes the default config takes the
-chunked chain path for chain rows (`GDNTreeConfig.chain_path`); the sweep's `chain_path="off"` entry times the
-dense solve on the same inputs.
+`--sweep` also times the fused kernel over launch configurations.
 """
 
 from __future__ import annotations
@@ -373,7 +371,6 @@ SWEEP = [  # changes to the default config, one at a time (the first is the defa
     dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
     dict(solve_order="left"), dict(split_prep=True), dict(solve_order="left", BVP=64),
     dict(solve_order="left", split_prep=True, BVP=64),
-    dict(chain_path="off"),  # v9: the default takes the chunked chain path beyond 128 nodes; this is the dense solve
 ]  # fmt: skip
 
 
@@ -383,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import triton
 
-    from weaver.ops.triton.gdn_tree import chain_path_on, default_config
+    from weaver.ops.triton.gdn_tree import default_config
 
     try:
         import fla
@@ -478,7 +475,7 @@ def run(args: argparse.Namespace) -> int:
                     cfg = base_cfg._replace(**change)
                     if cfg.BT > max(16, triton.next_power_of_2(T)):
                         continue
-                    rec = dict(T=T, kind=kind, **cfg._asdict(), chain_path_on=chain_path_on(T, cfg))
+                    rec = dict(T=T, kind=kind, **cfg._asdict())
                     try:
                         rec["err"] = rel_err(ref, method_fused(sets[0], cfg)())
                         rec["norm_err_fp32_out"] = norm_err(ref, fused_fp32_out(s0, cfg))
@@ -559,15 +556,14 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
             "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | solve "
-            "| split prep | chain path | us | err | norm err, fp32 o |",
-            "|" + "---:|" * 16,
+            "| split prep | us | err | norm err, fp32 o |",
+            "|" + "---:|" * 15,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | {r['num_stages']} | "
                 f"{r['precision']} | {r['inv_precision']} | {r['prep_warps']} | {r['BVP']} | "
-                f"{r.get('solve_order', 'right')} | {r.get('split_prep', False)} "
-                f"| {'on' if r.get('chain_path_on') else 'off'} | {f(r.get('us'))} "
+                f"{r.get('solve_order', 'right')} | {r.get('split_prep', False)} | {f(r.get('us'))} "
                 f"| {f(r.get('err'), '{:.1e}')} | {f(r.get('norm_err_fp32_out'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-r"""GDN tree verification in Triton (DESIGN §4.3, §4.6): two or three launches per layer, static shapes.
+r"""GDN tree verification in Triton (DESIGN §4.3, §4.6): two launches per layer, static shapes.
 
 Math (one value head; G = root-path prefix sum of g, M = ancestor-or-self mask, H0 read only)::
 
@@ -20,28 +20,12 @@ With row tiles of BT nodes and X_ii = (I + A_ii)^-1, block forward substitution 
    all T rows in registers (right-looking): Delta_i = X_ii (tile i of the residual), then
    residual -= A[:, i] Delta_i and tile i of the residual becomes Delta_i. Afterwards O = QH + P Delta.
    The chain is NT = T / BT steps of two small products each, with no memory round trip.
-   `gdn_tree_solve_left_kernel` (`solve_order="left"`, the default beyond 128 nodes) holds one row tile
-   instead and reads back the Delta_j it stored.
-
-Chain path (`GDNTreeConfig.chain_path`; by default on beyond 128 nodes with 64-row tiles). The dense solve is
-O(T^2) whatever the tree; a batch row that is one plain chain (parents[i] = i - 1, flagged on the device by
-the structure build: `TreeStructure.chain`) needs only a state passed from tile to tile. With it on, the
-prep runs only the diagonal items of flagged rows, `gdn_chain_solve_kernel` (one program per value block x
-batch row x value head) carries S [K, BV] across the row tiles::
-
-    Delta_i = X_ii beta (v_i - e^(G - G_p) K_i S)       O_i = scale e^(G - G_p) Q_i S + P_ii Delta_i
-    S <- e^(G_e - G_p) S + sum_t e^(G_e - G_t) k_t Delta_t^T        (decays relative to the tile: no overflow)
-
-and the tree solve returns at once for flagged rows (the chain kernel at once for the others). Which launches
-run is fixed by T and the config, never by the data, so mixed batches and CUDA graphs work; a chain followed by
-pad nodes is not flagged and takes the tree path. aux (k, Delta, G) means the same on both paths.
 
 Precision: q/k/v bf16 or fp32; gates, state, G, A, the solve and Delta in fp32. Gram dots of bf16
-inputs are exact products with fp32 accumulation and the state products split H0 (the chain path: S, and
-the weighted Delta of the state update) into bf16 hi + lo (~fp32); the fp32 x fp32 products of the solves
-and output follow `precision`, those of the prep (the Neumann product; all Grams of fp32 inputs)
-`inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`; the defaults: ieee for fp32 inputs, bf16x3
-for bf16 inputs).
+inputs are exact products with fp32 accumulation and the state products split H0 into bf16 hi + lo
+(~fp32); the fp32 x fp32 products of the solve and output follow `precision`, those of the prep (the
+Neumann product; all Grams of fp32 inputs) `inv_precision` (see `weaver.ops.triton._utils.PRECISIONS`;
+the defaults: ieee for fp32 inputs, bf16x3 for bf16 inputs).
 """
 
 from __future__ import annotations
@@ -82,10 +66,6 @@ class GDNTreeConfig(NamedTuple):
     # tile and re-reads each Delta_j the program wrote (no spills at T=256, where "right" spills 464 B/thread
     # on sm_90). H200 v8: left 98.8 vs right 110.6 us at T=256 (tree), 27.7 vs 27.1 at T=128
     solve_order: str = "right"
-    # chunked chain path for batch rows that are plain chains (TreeStructure.chain, read on the device):
-    # "auto" = on beyond 128 nodes with 64-row tiles, "on" = at any T, "off" = never (no extra launch). Its
-    # kernel takes BV, num_warps, num_stages and precision from the solve's fields above
-    chain_path: str = "auto"
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
@@ -94,9 +74,7 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
-    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills), and
-    chain_path="auto" then adds the chunked chain path for rows that are chains (64-row tiles only; v9, not
-    yet timed on the H200; the dense solve took 102 us on a T=256 chain against fla chunk's 47).
+    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills).
     WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
     fp32 = dtype == torch.float32
     BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
@@ -104,13 +82,6 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
                          BVP=min(128, next_pow2(V)) if BT == 64 else 32,
                          solve_order="left" if T > 128 else "right")  # fmt: skip
-
-
-def chain_path_on(T: int, config: GDNTreeConfig) -> bool:
-    """Whether the launches include the chain path: decided on the host from T and the config, never the data."""
-    if config.chain_path not in ("auto", "on", "off"):
-        raise ValueError(f"chain_path must be 'auto', 'on' or 'off', got {config.chain_path!r}")
-    return config.chain_path == "on" or (config.chain_path == "auto" and T > 128 and config.BT == 64)
 
 
 def tile_rows(T: int, BT: int) -> int:
@@ -131,17 +102,6 @@ def _gram(a, b_t, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexp
         return dot_lp(a, b_t, INTERPRET)
     else:
         return mm(a.to(tl.float32), b_t.to(tl.float32), PREC, INTERPRET)
-
-
-@triton.jit
-def _times_fp32(a, b, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):
-    """a @ b for q/k rows a in their own dtype and an fp32 b (a state block, weighted Delta rows). bf16 a is
-    exact: b = hi + lo in bf16 makes it two exact passes (~fp32), one fewer than the bf16x3 of `mm`."""
-    if LOWP:
-        b_hi, b_lo = split_bf16(b, INTERPRET)
-        return dot_lp(a, b_hi, INTERPRET) + dot_lp(a, b_lo, INTERPRET)
-    else:
-        return mm(a.to(tl.float32), b, PREC, INTERPRET)
 
 
 @triton.jit
@@ -203,11 +163,10 @@ def _neumann_inverse(b_a, n_chain, BT: tl.constexpr, LOG2BT: tl.constexpr, PREC:
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, v, g, beta, h0, anc, depth, chain, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0,
+    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
-    CHAIN: tl.constexpr,
 ):  # fmt: skip
     """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = W0 + axis 1):
       w < NTP                 diagonal item of tile i = w (aux.G, aux.k, X_ii, P_ii);
@@ -215,9 +174,7 @@ def gdn_tree_prep_kernel(
       otherwise               state item (tile i, value chunk c) (rhs_i, QH_i).
     ITEMS = 0 takes every kind in one launch; 1 / 2 / 3 compile the diagonal / pair / state branch alone
     (`GDNTreeConfig.split_prep`: one launch per kind, each with only its own register footprint).
-    Items of tiles past T do nothing; with CHAIN, neither do the pair and state items of a batch row flagged
-    as a chain (`gdn_chain_solve_kernel` does their work). Scalar int64 bases per (batch row, head), int32
-    offsets inside."""
+    Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside."""
     i_bh, w = tl.program_id(0), tl.program_id(1) + W0
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
@@ -250,10 +207,7 @@ def gdn_tree_prep_kernel(
                 i = w * 0 + ii
     else:
         i = (w - NTP - NPAIR) // NVC
-    live = i * BT < T
-    if CHAIN:  # a chain row needs only the diagonal items
-        live = live & ((w < NTP) | (tl.load(chain + i_b) == 0))
-    if live:
+    if i * BT < T:
         o_i = i * BT + o_t
         m_i = o_i < T
         b_ga = tl.load(g + i_b * T * HV + i_hv + o_a * HV, mask=m_a, other=0).to(tl.float32)
@@ -306,8 +260,13 @@ def _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_
     if USE_H0:
         b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
                       mask=m_k[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)  # fmt: skip
-        b_kh = _times_fp32(b_ki, b_h, LOWP, PREC, INTERPRET)
-        b_qh = _times_fp32(b_qi, b_h, LOWP, PREC, INTERPRET)
+        if LOWP:  # H0 = hi + lo in bf16; q/k are exact in bf16: two passes, ~fp32
+            b_hhi, b_hlo = split_bf16(b_h, INTERPRET)
+            b_kh = dot_lp(b_ki, b_hhi, INTERPRET) + dot_lp(b_ki, b_hlo, INTERPRET)
+            b_qh = dot_lp(b_qi, b_hhi, INTERPRET) + dot_lp(b_qi, b_hlo, INTERPRET)
+        else:
+            b_kh = mm(b_ki.to(tl.float32), b_h, PREC, INTERPRET)
+            b_qh = mm(b_qi.to(tl.float32), b_h, PREC, INTERPRET)
         b_eG = tl.exp(b_Gi)
         b_r -= (b_eG * b_rki)[:, None] * b_kh
         tl.store(qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
@@ -354,14 +313,11 @@ def _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV: tl.constexpr, V: tl.c
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_solve_kernel(
-    amat, pmat, rhs, qh, o, aux_delta, chain, T,
+    amat, pmat, rhs, qh, o, aux_delta, T,
     HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
-    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, CHAIN: tl.constexpr,
+    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Right-looking block forward substitution for one (value block, batch row x value head)."""
-    if CHAIN:  # a batch row flagged as a chain is gdn_chain_solve_kernel's
-        if tl.load(chain + tl.program_id(1) // HV) != 0:
-            return
     i_v = tl.program_id(0)
     NT: tl.constexpr = TP // BT
     p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
@@ -399,17 +355,14 @@ def gdn_tree_solve_kernel(
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_solve_left_kernel(
-    amat, pmat, rhs, qh, o, aux_delta, chain, T,
+    amat, pmat, rhs, qh, o, aux_delta, T,
     HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
-    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, CHAIN: tl.constexpr,
+    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
 ):  # fmt: skip
     """Left-looking block forward substitution for one (value block, batch row x value head): tile i's
     residual rhs_i - sum_{j<i} A_ij Delta_j from the Delta_j this program stored (a barrier makes them
     visible to all its threads), Delta_i = X_ii residual_i; then O_i = QH_i + sum_{j<=i} P_ij Delta_j.
     Registers hold one row tile at a time, whatever T."""
-    if CHAIN:  # a batch row flagged as a chain is gdn_chain_solve_kernel's
-        if tl.load(chain + tl.program_id(1) // HV) != 0:
-            return
     i_v = tl.program_id(0)
     NT: tl.constexpr = TP // BT
     p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
@@ -447,74 +400,6 @@ def gdn_tree_solve_left_kernel(
             tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
 
 
-@triton.jit(do_not_specialize=["T"])
-def gdn_chain_solve_kernel(
-    q, k, v, beta, h0, chain, amat, pmat, o, aux_delta, aux_G, scale, T,
-    H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
-    BV: tl.constexpr, TP: tl.constexpr, USE_H0: tl.constexpr, L2NORM: tl.constexpr, LOWP: tl.constexpr,
-    PREC: tl.constexpr, INTERPRET: tl.constexpr,
-):  # fmt: skip
-    """Chunked solve of a batch row flagged as a chain (parents[i] = i - 1), one program per (value block,
-    batch row x value head); other rows return at once. The state S [K, BV] after the previous tile
-    (H0 first) replaces every cross-tile block of A and P: with decays relative to G_p, the G of the
-    node before tile i (never exp(-G) of a global G, which overflows on long chains),
-        Delta_i = X_ii beta (v_i - e^(G - G_p) K_i S)        O_i = scale e^(G - G_p) Q_i S + P_ii Delta_i
-        S <- e^(G_e - G_p) S + sum_t e^(G_e - G_t) k_t Delta_t^T     (G_e: the tile's last node)
-    so the work grows with T, not T^2. X_ii, P_ii and aux.G come from the prep's diagonal items."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
-    if tl.load(chain + i_b) == 0:
-        return
-    i_h = i_hv // (HV // H)
-    p_a, p_m, _r, _qh, p_d, p_o = _solve_bases(amat, pmat, amat, amat, o, aux_delta, T, HV, V, BV, TP)
-    p_k = k + i_b * T * H * K + i_h * K  # row n at n * H * K
-    p_q = q + i_b * T * H * K + i_h * K
-    p_beta = beta + i_b * T * HV + i_hv  # node n at n * HV
-    p_G = aux_G + i_b * T * HV + i_hv
-    p_v = v + i_b * T * HV * V + i_hv * V + i_v * BV  # node n at n * HV * V
-    o_t = tl.arange(0, BT)
-    o_k = tl.arange(0, BK)
-    m_k = o_k < K
-    o_c = tl.arange(0, BV)
-    m_c = i_v * BV + o_c < V
-    b_s = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_s += tl.load(h0 + i_bh.to(tl.int64) * K * V + i_v * BV + o_k[:, None] * V + o_c[None, :],
-                       mask=m_k[:, None] & m_c[None, :], other=0).to(tl.float32)  # fmt: skip
-    b_gp = tl.zeros([], dtype=tl.float32)  # G of the node before the tile
-    for i in tl.static_range(TP // BT):
-        if i * BT < T:
-            o_i = i * BT + o_t
-            m_i = o_i < T
-            m_ic = m_i[:, None] & m_c[None, :]
-            o_ii = o_i[:, None] * TP + o_i[None, :]  # X_ii / P_ii: whole tiles written by the diagonal item
-            # what Delta_i needs apart from S first; q and P_ii only after Delta_i (fewer live registers: the
-            # sm_90 compile spills 176 B with them loaded up front, 88 B this way)
-            b_k = tl.load(p_k + o_i[:, None] * (H * K) + o_k[None, :], mask=m_i[:, None] & m_k[None, :], other=0)
-            b_v = tl.load(p_v + o_i[:, None] * (HV * V) + o_c[None, :], mask=m_ic, other=0).to(tl.float32)
-            b_beta = tl.load(p_beta + o_i * HV, mask=m_i, other=0).to(tl.float32)
-            b_G = tl.load(p_G + o_i * HV, mask=m_i, other=0)
-            b_x = tl.load(p_a + o_ii)
-            b_rk = _rnorm(b_k, L2NORM, BT)
-            b_ge = tl.sum(tl.where(o_i == tl.minimum(i * BT + BT, T) - 1, b_G, 0.0), 0)  # G of the last node
-            b_in = tl.exp(tl.where(m_i, b_G - b_gp, float("-inf")))  # decay from the tile's start to node t
-            b_out = tl.exp(tl.where(m_i, b_ge - b_G, float("-inf")))  # and from node t to the tile's end
-            b_r = b_beta[:, None] * (b_v - (b_in * b_rk)[:, None] * _times_fp32(b_k, b_s, LOWP, PREC, INTERPRET))
-            b_d = mm(b_x, b_r, PREC, INTERPRET)  # Delta_i
-            tl.store(p_d + o_i[:, None] * (HV * V) + o_c[None, :], b_d, mask=m_ic)
-            b_q, b_rq, _beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, H, K, HV, BT, L2NORM)
-            b_p = tl.load(p_m + o_ii)
-            b_o = (b_in * b_rq)[:, None] * _times_fp32(b_q, b_s, LOWP, PREC, INTERPRET)
-            b_o += mm(b_p, b_d, PREC, INTERPRET)
-            tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
-            b_wd = (b_out * b_rk)[:, None] * b_d  # S after the tile's last node
-            b_s = tl.exp(b_ge - b_gp) * b_s + _times_fp32(tl.trans(b_k), b_wd, LOWP, PREC, INTERPRET)
-            b_gp = b_ge
-    if T < 0:  # never: keeps the last tile's state update alive, so it compiles like the others (v9a: the H200
-        # faulted whenever the last tile ran, i.e. T = TP; with its update dead-code-eliminated, see NOTES.md)
-        tl.store(p_a + o_k[:, None] * BV + o_c[None, :], b_s)
-
-
 def gdn_tree_fwd(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -538,7 +423,6 @@ def gdn_tree_fwd(
         raise ValueError(f"config needs BT in (16, 32, 64) and BV, BVP powers of two >= 16, got {config}")
     if config.solve_order not in ("right", "left"):
         raise ValueError(f"solve_order must be 'right' or 'left', got {config.solve_order!r}")
-    use_chain = chain_path_on(T, config)
     dev = q.device
     TP = tile_rows(T, BT)
     o = torch.empty(B, T, HV, V, dtype=out_dtype, device=dev)
@@ -563,25 +447,17 @@ def gdn_tree_fwd(
         launches = [(kind + 1, sum(items[:kind]), n) for kind, n in enumerate(items) if n]
     for kind, first, count in launches:
         gdn_tree_prep_kernel[(B * HV, count)](
-            q, k, v, g, beta, h0, tree.anc, tree.depth, tree.chain, amat, pmat, rhs, qh, aux.k, aux.G, float(scale),
-            T, first, H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
+            q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T, first,
+            H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
-            INTERPRET=interp, ITEMS=kind, CHAIN=use_chain, num_warps=config.prep_warps,
-            num_stages=config.prep_stages,
+            INTERPRET=interp, ITEMS=kind, num_warps=config.prep_warps, num_stages=config.prep_stages,
         )  # fmt: skip
     if not run_solve:
         return o, aux
-    grid = (triton.cdiv(V, BV), B * HV)
-    if use_chain:
-        gdn_chain_solve_kernel[grid](
-            q, k, v, beta, h0, tree.chain, amat, pmat, o, aux.delta, aux.G, float(scale), T, H=H, HV=HV, K=K, V=V,
-            BT=BT, BK=next_pow2(K), BV=BV, TP=TP, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prec,
-            INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
-        )  # fmt: skip
     solve = gdn_tree_solve_kernel if config.solve_order == "right" else gdn_tree_solve_left_kernel
-    solve[grid](
-        amat, pmat, rhs, qh, o, aux.delta, tree.chain, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0,
-        PREC=prec, INTERPRET=interp, CHAIN=use_chain, num_warps=config.num_warps, num_stages=config.num_stages,
+    solve[(triton.cdiv(V, BV), B * HV)](
+        amat, pmat, rhs, qh, o, aux.delta, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec,
+        INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return o, aux
 
@@ -600,8 +476,7 @@ def gdn_tree(
     config: GDNTreeConfig | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
-    """Tree verification in two Triton launches (three with the chain path); same contract as
-    `weaver.ops.gdn.gdn_tree`.
+    """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
 
     Args:
         q, k: [B, T, H, K] bf16 or fp32; v: [B, T, HV, V]; g (log decay <= 0), beta: [B, T, HV].

@@ -8,8 +8,7 @@ Algorithm: pointer jumping on ancestor bitsets held in registers (tl.gather). Wi
 ancestor of i, `bits[i] |= bits[up[i]]; depth[i] += depth[up[i]]; up[i] = up[up[i]]` doubles the
 covered distance each round, so ceil(log2 T) rounds cover any tree. Each program (grid: row blocks x
 batch rows) redoes the few rounds and expands its BR rows of bitsets into the dense int8
-ancestor-or-self mask that the GDN kernels read tile by tile (16-byte loads). The same kernel flags each
-batch row that is a plain chain (parents[i] = i - 1), for the GDN kernels' chunked chain path.
+ancestor-or-self mask that the GDN kernels read tile by tile (16-byte loads).
 """
 
 from __future__ import annotations
@@ -31,19 +30,16 @@ class TreeStructure(NamedTuple):
     parents: torch.Tensor  # [B, T] int32; -1 for roots and isolated pad nodes
     anc: torch.Tensor  # [B, T, T] int8; anc[b, i, j] = 1 iff j is on the path root..i (diagonal included)
     depth: torch.Tensor  # [B, T] int32; 0 for roots and pad nodes
-    chain: torch.Tensor  # [B] int32; 1 iff parents[b, i] = i - 1 for every i (a chain, no pad nodes), else 0
 
 
 @triton.jit
-def tree_structure_kernel(parents, anc, depth, chain, T, BT: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
+def tree_structure_kernel(parents, anc, depth, T, BT: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
                           NJ: tl.constexpr):  # fmt: skip
     i_r, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     o_t = tl.arange(0, BT)
     o_w = tl.arange(0, BW)
     m_t = o_t < T
     b_p = tl.load(parents + i_b * T + o_t, mask=m_t, other=-1).to(tl.int32)
-    n_off = tl.sum(tl.where(m_t & (b_p != o_t - 1), 1, 0), 0)  # nodes whose parent is not the node before
-    tl.store(chain + i_b, (n_off == 0).to(tl.int32), mask=i_r == 0)
     b_p = tl.where(b_p < o_t, b_p, -1)  # parents[i] < i; anything else is treated as a root
     # ancestor-or-self bitsets (bit j % 32 of word j // 32), distance to `up`, and the jump pointer
     b_bits = tl.where(o_w[None, :] == (o_t // 32)[:, None], (1 << (o_t % 32))[:, None], 0).to(tl.int32)
@@ -77,7 +73,7 @@ def build_tree_structure(parents: torch.Tensor) -> TreeStructure:
             i > 0 with parent -1 is an isolated pad node (its own root, nobody's ancestor). Not validated
             here (no host sync); see weaver.ops.tree.validate_parents.
     Returns:
-        TreeStructure(parents int32 [B, T], anc int8 [B, T, T], depth int32 [B, T], chain int32 [B]).
+        TreeStructure(parents int32 [B, T], anc int8 [B, T, T], depth int32 [B, T]).
     """
     if parents.dim() != 2 or parents.shape[1] < 1:
         raise ValueError(f"parents must be [B, T] with T >= 1, got shape {tuple(parents.shape)}")
@@ -89,12 +85,11 @@ def build_tree_structure(parents: torch.Tensor) -> TreeStructure:
     BT = next_pow2(T, 64)  # >= 2 bitset words (degenerate [BT, 1] gathers: see the kernel)
     anc = torch.empty(B, T, T, dtype=torch.int8, device=parents.device)
     depth = torch.empty(B, T, dtype=torch.int32, device=parents.device)
-    chain = torch.empty(B, dtype=torch.int32, device=parents.device)
     BR = 32 if BT <= 128 else 16
     tree_structure_kernel[(triton.cdiv(T, BR), B)](
-        p32, anc, depth, chain, T, BT=BT, BW=BT // 32, BR=BR, NJ=max(0, (T - 1).bit_length()), num_warps=4
+        p32, anc, depth, T, BT=BT, BW=BT // 32, BR=BR, NJ=max(0, (T - 1).bit_length()), num_warps=4
     )
-    return TreeStructure(parents=p32, anc=anc, depth=depth, chain=chain)
+    return TreeStructure(parents=p32, anc=anc, depth=depth)
 
 
 def as_structure(parents: torch.Tensor | TreeStructure) -> TreeStructure:
