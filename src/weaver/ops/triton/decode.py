@@ -62,13 +62,19 @@ def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> Gem
     return GemmTiles(block_m, block_n, min(block_k, 64), 4)
 
 
+_INTERPRETED = tl.constexpr(interpreting())  # fixed at import: weaver.ops sets TRITON_INTERPRET before triton loads
+
+
 @triton.jit
 def _round(x, DTYPE: tl.constexpr):
     """Round fp32 to the model dtype and back (the rounding points of the unfused torch code).
 
     bf16 rounds to nearest-even by bit arithmetic: Triton's interpreter truncates on `.to(bfloat16)`,
-    and the CPU tests must see the same values as the GPU."""
-    if DTYPE == tl.bfloat16:
+    and the CPU tests must see the same values as the GPU. Compiled, the conversion is one round-to-nearest-even
+    instruction each way (the bit arithmetic cost ~10 integer instructions an element, in the GEMMs' K loops)."""
+    if DTYPE == tl.bfloat16 and not _INTERPRETED:
+        return x.to(tl.bfloat16).to(tl.float32)
+    elif DTYPE == tl.bfloat16:
         bits = x.to(tl.uint32, bitcast=True)
         bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
         return bits.to(tl.float32, bitcast=True)
@@ -220,14 +226,14 @@ def fused_gemv(
 
 @triton.jit
 def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
-    """a [M, K] (fp32 holding DTYPE values) @ w [K, N] with an fp32 result, every product exact.
+    """a [M, K] (DTYPE) @ w [K, N] with an fp32 result, every product exact.
 
     16-bit operands go to the tensor cores as they are; fp32 (and the interpreter, which would multiply
     bf16 bit patterns) take exact fp32 FMAs."""
     if INTERPRET or DTYPE == tl.float32 or DTYPE != W_DTYPE:
-        return tl.dot(a, w.to(tl.float32), input_precision="ieee")
+        return tl.dot(a.to(tl.float32), w.to(tl.float32), input_precision="ieee")
     else:
-        return tl.dot(a.to(DTYPE), w)
+        return tl.dot(a, w)
 
 
 @triton.jit
@@ -244,12 +250,12 @@ def rows_rstd(p_x, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr)
 
 @triton.jit
 def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexpr, DTYPE: tl.constexpr):
-    """Columns o_k of the rows as fp32, through the RMSNorm (weight at norm_ptr) with NORM, rounded to DTYPE
-    as the unfused norm stores them."""
-    b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0).to(tl.float32)
+    """Columns o_k of the rows in DTYPE (x's dtype), through the RMSNorm (weight at norm_ptr) with NORM, rounded
+    as the unfused norm stores them; without NORM the loaded tile as it is (no fp32 round trip before the dot)."""
+    b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & mask_k[None, :], other=0.0)
     if NORM:
         b_nw = tl.load(norm_ptr + o_k, mask=mask_k, other=0.0).to(tl.float32)
-        b_x = _round(_round(b_x * rstd[:, None], DTYPE) * b_nw[None, :], DTYPE)
+        b_x = _round(_round(b_x.to(tl.float32) * rstd[:, None], DTYPE) * b_nw[None, :], DTYPE).to(DTYPE)
     return b_x
 
 
