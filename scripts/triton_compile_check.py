@@ -6,6 +6,7 @@
     ... --adapter-gemv --frontier --T   # Weaver step GEMVs, builder bookkeeping
     ... --vocab-top1 --T   # greedy argmax + max log-softmax over the vocabulary
     ... --verify --T       # the tree verify's RoPE table, RoPE + K/V write, attention with RoPE inside
+    ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -211,6 +212,36 @@ def check_verify() -> list[str]:
     return out
 
 
+def sass_count(kern) -> int:
+    """Static SASS instructions of a compiled kernel (cuobjdump -sass)."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kern.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
+    return sum(1 for line in sass.splitlines() if line.strip().startswith("/*") and "*/" in line.strip()[2:8])
+
+
+def check_gemm_rows() -> list[str]:
+    """The verify's row GEMM at SmolLM2's 16-row shapes and tuned tiles (bf16, PDL on as launched on Hopper):
+    registers, spills and the static SASS count (the K loop's per-element work shows in it)."""
+    out = []
+    ptrs = {p: "*bf16" for p in ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "nout_ptr")}
+    ints = dict.fromkeys(("M", "K", "N_OUT", "HALF", "stride_xm", "stride_wn", "stride_rm", "stride_om",
+                          "stride_nm"), "i32")  # fmt: skip
+    cases = (("qkv+norm", dict(NORM=True), (32, 256, 4, 3)), ("o+res", dict(RESIDUAL=True), (16, 256, 2, 4)),
+             ("gate_up+norm+swiglu", dict(NORM=True, SWIGLU=True), (32, 256, 4, 3)),
+             ("down+res", dict(RESIDUAL=True), (16, 256, 2, 4)))  # fmt: skip
+    for name, flags, (bn, bk, warps, stages) in cases:
+        const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_OUT=False, INTERPRET=False, BLOCK_M=16,
+                     BLOCK_N=bn, BLOCK_K=bk, PDL=True, K_LINES=16 if name != "down+res" else 32)  # fmt: skip
+        const.update(flags)
+        kern = compile_kernel(dc._gemm_rows_kernel, dict(ptrs, **ints, eps="fp32"), const, warps, stages,
+                              divisible=("stride_xm", "stride_wn", "stride_om", "stride_rm"))  # fmt: skip
+        out.append(report(f"gemm_rows {name} BN={bn} BK={bk} w={warps} s={stages} SASS={sass_count(kern)}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -229,11 +260,13 @@ def main() -> None:
     parser.add_argument("--frontier", action="store_true", help="also the device weaver builder's bookkeeping")
     parser.add_argument("--vocab-top1", action="store_true", help="also the greedy top-1 over the vocabulary")
     parser.add_argument("--verify", action="store_true", help="also the tree verify's RoPE / attention launches")
+    parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
-              (args.vocab_top1, check_vocab_top1), (args.verify, check_verify))  # fmt: skip
+              (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
+              (args.gemm_rows, check_gemm_rows))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)
