@@ -21,5 +21,5 @@ for p in ${PD_PROFILES:-before after}; do
   echo "### WEAVER_PDL=$pdl" | tee "$OUT/profile_$p.txt"
   WEAVER_PDL=$pdl timeout "${PD_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
     --specs ${PD_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$p.txt" \
-    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)|_gemm_rows_kernel"
+    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)|^timeline"
 done

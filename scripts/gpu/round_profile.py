@@ -59,6 +59,44 @@ TOP = {"*": 8}  # kernels listed per stage; --top-build raises the build stage's
 ROUND_BLOCKS = 6  # the one-graph round: median of 6 x 8 replays (8 alone moved by +-6% between processes)
 
 
+def stage_spans(evs: list[tuple[int, int]], stage_kernels: list[tuple[str, float]], reps: int) -> dict | str:
+    """Median span (first start to last end, us) of each stage and its hand-off from the previous stage's last
+    end, from the sorted (start ns, end ns) of `reps` replays' kernels; the stages' kernel counts in order."""
+    counts = [round(c) for _, c in stage_kernels]
+    per = sum(counts)
+    if per == 0 or len(evs) != per * reps:
+        return f"{len(evs)} kernels for {reps} replays of {per}: the stage counts do not tile the round"
+    spans: dict[str, list[float]] = collections.defaultdict(list)
+    for r in range(reps):
+        run = evs[r * per : (r + 1) * per]
+        i, prev_end = 0, None
+        for (name, _), n in zip(stage_kernels, counts, strict=True):
+            part = run[i : i + n]
+            i += n
+            end = max(e for _, e in part)
+            spans[name].append((end - part[0][0]) / 1e3)
+            spans[name + " hand-off"].append(0.0 if prev_end is None else (part[0][0] - prev_end) / 1e3)
+            prev_end = end
+        spans["round span"].append((max(e for _, e in run) - run[0][0]) / 1e3)
+    return {k: statistics.median(v) for k, v in spans.items()}
+
+
+def timeline(fn, stage_kernels: list[tuple[str, float]], reps: int = 8) -> str:
+    """Where a one-graph round's device time goes, from kernel start / end stamps (`stage_spans`). Unlike summed
+    kernel durations this stays meaningful with programmatic dependent launch, where a kernel starts before its
+    predecessor ends."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    evs = sorted((ev.start_ns(), ev.start_ns() + ev.duration_ns()) for ev in prof.profiler.kineto_results.events()
+                 if ev.device_type() == torch.autograd.DeviceType.CUDA and not ev.name().startswith("Mem"))  # fmt: skip
+    spans = stage_spans(evs, stage_kernels, reps)
+    if isinstance(spans, str):
+        return f"timeline: {spans}"
+    return "\n".join(f"timeline {k:<22} {v:8.1f} us" for k, v in spans.items())
+
+
 def summarise(label: str, fn, reps: int, rows: list, top: dict, times: list[float] | None = None) -> None:
     """One table row: median event ms (of `times` when given, else of `reps` calls) and fn's kernels."""
     ms = statistics.median(times or event_ms(fn, reps))
@@ -97,6 +135,9 @@ def profile_method(llm, method: str, budget: int, reps: int) -> None:
                     llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True, chat=False)
                     times += event_ms(rg.graphs[0].replay, 8)
                 summarise("ROUND (one graph)", rg.graphs[0].replay, 8, rows, top, times)
+                stage_kernels = [(label, launches) for label, _, launches, _ in rows if label in STAGES]
+                llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True, chat=False)
+                print(timeline(rg.graphs[0].replay, stage_kernels), flush=True)
         llm.engine.round_graphs = "stages"
     print(f"{'stage':<20} {'event ms':>9} {'kernels':>8} {'kernel ms':>10} {'gaps ms':>8} {'us/kernel':>9}")
     for label, ms, launches, busy in rows:
