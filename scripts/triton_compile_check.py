@@ -206,7 +206,7 @@ def check_verify() -> list[str]:
         out.append(report(f"tree_rope_kv qk_norm={qk_norm}", kern))
         for block_r, block_s, warps, stages in ((16, 64, 4, 4), (16, 128, 8, 3), (32, 64, 4, 3)):
             const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_R=block_r, BLOCK_D=64,
-                         BLOCK_S=block_s, BLOCK_T=vf.ROPE_TREE_TILE)  # fmt: skip
+                         BLOCK_S=block_s, BLOCK_T=vf.ROPE_TREE_TILE, PDL=True)  # fmt: skip (PDL: as on Hopper)
             kern = compile_kernel(vf._tree_attention_rope_kernel, args, const, warps, stages, divisible=strides)
             out.append(report(f"tree_attention_rope qk_norm={qk_norm} R={block_r} S={block_s} w={warps}", kern))
     return out

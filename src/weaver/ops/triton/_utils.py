@@ -78,5 +78,29 @@ def mm(a, b, PREC: tl.constexpr, INTERPRET: tl.constexpr):
         return acc
 
 
+@triton.jit
+def prefetch_l2(ptrs):
+    """Ask L2 for the 128-byte line of each address: a hint (no data comes back, nothing is ordered), so it is
+    safe before `griddepcontrol.wait` on data that nothing in flight writes (weights, an earlier round's cache)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [ptrs], dtype=tl.int32, is_pure=False,
+                              pack=1)  # fmt: skip
+
+
+@triton.jit
+def pdl_wait():
+    """Programmatic dependent launch: wait for the previous kernel in the stream to finish (its writes
+    visible), then let the next one launch."""
+    tl.extra.cuda.gdc_wait()
+    tl.extra.cuda.gdc_launch_dependents()
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Launch the kernels that support it with programmatic dependent launch: compiled, Hopper or later, and not
+    WEAVER_PDL=0 (read at every launch; a captured graph keeps what it was captured with)."""
+    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0":
+        return False
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def next_pow2(n: int, minimum: int = 16) -> int:
     return max(minimum, triton.next_power_of_2(int(n)))

@@ -13,7 +13,6 @@ a program takes BLOCK_M rows and reads its weight tile once for all of them.
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -21,7 +20,7 @@ import triton
 import triton.language as tl
 
 from weaver.ops.triton import tuning
-from weaver.ops.triton._utils import check_device, interpreting
+from weaver.ops.triton._utils import check_device, interpreting, pdl_enabled, pdl_wait, prefetch_l2
 
 
 def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
@@ -262,9 +261,7 @@ def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexp
 @triton.jit
 def _prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
     """Ask L2 for the K bf16 elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
-    o_c = tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p_rows + o_c[None, :]], dtype=tl.int32,
-                              is_pure=False, pack=1)  # fmt: skip
+    prefetch_l2(p_rows + tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)[None, :])
 
 
 @triton.jit
@@ -290,8 +287,7 @@ def _gemm_rows_kernel(
         _prefetch_rows(w_ptr + tl.minimum(o_n, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
         if SWIGLU:
             _prefetch_rows(w_ptr + (tl.minimum(o_n, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+        pdl_wait()
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
         rstd = rows_rstd(p_x, mask_m, K, eps, BLOCK_M, BLOCK_K)
@@ -324,15 +320,13 @@ def _gemm_rows_kernel(
 
 
 def _pdl_options(device: torch.device, k: int, itemsize: int) -> dict:
-    """Programmatic dependent launch for the row GEMM (WEAVER_PDL=0: off; Hopper and later, compiled only).
+    """Programmatic dependent launch for the row GEMM (`pdl_enabled`; 16-bit weights).
 
     The launch may start while the previous kernel in the stream still runs: each program asks L2 for its
     weight rows (a prefetch hint, no data read), then waits for the previous kernel (`griddepcontrol.wait`)
     before it loads anything, so the weight stream overlaps the kernel boundary. H200 (rounds/h200_v18): the
     chain verify stage graph 0.81 -> 0.73 ms; the one-graph round did not move."""
-    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
-        return {}
-    if torch.cuda.get_device_capability(device)[0] < 9:
+    if not pdl_enabled(device) or itemsize != 2:
         return {}
     return {"PDL": True, "K_LINES": triton.next_power_of_2(triton.cdiv(k, 64)), "launch_pdl": True}
 
