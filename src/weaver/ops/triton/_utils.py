@@ -94,12 +94,13 @@ def pdl_wait():
     tl.extra.cuda.gdc_launch_dependents()
 
 
-def pdl_enabled(device: torch.device) -> bool:
-    """Launch the kernels that support it with programmatic dependent launch: compiled, Hopper or later, and not
-    WEAVER_PDL=0 (read at every launch; a captured graph keeps what it was captured with)."""
-    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0":
-        return False
-    return torch.cuda.get_device_capability(device)[0] >= 9
+def pdl_launch(device: torch.device, itemsize: int) -> dict:
+    """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
+    or later, for 16-bit data (the prefetches count 64 values a line), and not WEAVER_PDL=0 (read at every
+    launch; a captured graph keeps what it was captured with); else none."""
+    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
+        return {}
+    return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
 
 
 def next_pow2(n: int, minimum: int = 16) -> int:

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from weaver.ops.triton import tuning
-from weaver.ops.triton._utils import check_device, interpreting, pdl_enabled, pdl_wait, prefetch_l2
+from weaver.ops.triton._utils import check_device, interpreting, pdl_launch, pdl_wait, prefetch_l2
 from weaver.ops.triton.decode import _round
 
 
@@ -483,6 +483,6 @@ def tree_attention_rope(
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * cos.shape[1], QK_NORM=q_norm is not None,
         INTERPRET=interpreting(), BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
         BLOCK_T=ROPE_TREE_TILE, num_warps=num_warps, num_stages=num_stages,
-        **({"PDL": True, "launch_pdl": True} if pdl_enabled(qkv.device) and qkv.element_size() == 2 else {}),
+        **pdl_launch(qkv.device, qkv.element_size()),
     )
     return out
