@@ -126,24 +126,44 @@ def check_node_attention() -> list[str]:
     return out
 
 
+def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict) -> str:
+    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows."""
+    block_n, block_k, warps = dc.gemv_config(n, k, rows, torch.device("cuda"))
+    ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
+    args = {p: "*bf16" for p in ptrs}
+    args.update(K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32", stride_rm="i32",
+                stride_om="i32")  # fmt: skip
+    const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
+                 GELU=False, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
+    const.update(flags)
+    kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
+    return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} SASS={sass_count(kern)}", kern)
+
+
 def check_adapter_gemv() -> list[str]:
-    """The decode GEMV with the Weaver adapter's options (bf16; the MLP's three launches at d_rank 512, MLP 1024),
-    with gemv_config's block sizes for 4 rows."""
-    out = []
+    """The decode GEMV with the Weaver adapter's options (the MLP's three launches at d_rank 512, MLP 1024),
+    for 4 rows."""
     cases = (("o+res", 512, 512, dict(RESIDUAL=True)),
              ("norm+fc1+gelu", 1024, 512, dict(NORM=True, NORM_FP32=True, NORM_BIAS=True, BIAS=True, GELU=True)),
              ("fc2+bias+res", 512, 1024, dict(RESIDUAL=True, BIAS=True)))  # fmt: skip
-    for name, n, k, flags in cases:
-        block_n, block_k, warps = dc.gemv_config(n, k, 4, torch.device("cuda"))
-        ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
-        args = {p: "*bf16" for p in ptrs}
-        args.update(K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32", stride_rm="i32",
-                    stride_om="i32")  # fmt: skip
-        const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
-                     GELU=False, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
-        const.update(flags)
-        kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
-        out.append(report(f"adapter gemv {name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k}", kern))
+    return [compile_gemv(f"adapter gemv {name}", n, k, 4, flags) for name, n, k, flags in cases]
+
+
+def check_decode() -> list[str]:
+    """The AR step's launches at SmolLM2's shapes (bf16, PDL on as launched on Hopper): its five GEMVs for one
+    row, and qk-norm-free RoPE + K/V write + attention (9 / 3 heads of 64)."""
+    pdl = dict(PDL=True, K_LINES=16)
+    cases = (("qkv+norm", 960, 576, dict(NORM=True)), ("o+res", 576, 576, dict(RESIDUAL=True)),
+             ("gate_up+norm+swiglu", 1536, 576, dict(NORM=True, SWIGLU=True)),
+             ("down+res", 576, 1536, dict(RESIDUAL=True, K_LINES=32)), ("lm_head+norm", 49152, 576, dict(NORM=True)))
+    out = [compile_gemv(f"decode gemv {name}", n, k, 1, {**pdl, **flags}) for name, n, k, flags in cases]
+    ptrs = {p: "*bf16" for p in ("qkv_ptr", "k_ptr", "v_ptr", "qn_ptr", "kn_ptr", "out_ptr")}
+    strides = ("stride_qkv", "stride_cb", "stride_ch", "stride_cs", "stride_out")
+    args = dict(ptrs, len_ptr="*i64", inv_freq_ptr="*fp32", S="i32", eps="fp32", scale="fp32",
+                **dict.fromkeys(strides, "i32"))  # fmt: skip
+    const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=False, BLOCK_D=64, BLOCK_S=128, PDL=True)
+    kern = compile_kernel(dc._decode_attention_kernel, args, const, 4, divisible=strides)
+    out.append(report(f"decode attention PDL SASS={sass_count(kern)}", kern))
     return out
 
 
@@ -261,12 +281,13 @@ def main() -> None:
     parser.add_argument("--vocab-top1", action="store_true", help="also the greedy top-1 over the vocabulary")
     parser.add_argument("--verify", action="store_true", help="also the tree verify's RoPE / attention launches")
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
+    parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
-              (args.gemm_rows, check_gemm_rows))  # fmt: skip
+              (args.gemm_rows, check_gemm_rows), (args.decode, check_decode))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

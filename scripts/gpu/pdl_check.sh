@@ -3,7 +3,9 @@
 #   row GEMMs (WEAVER_PDL): each GEMM may start while the previous kernel ends, prefetch its weight rows into L2,
 #   and wait (griddepcontrol.wait) before it reads anything the previous kernels wrote. h200_v18 ran it (verify
 #   stage graph 0.81 -> 0.73 ms, one-graph round unchanged); since then `_round` converts with the hardware's
-#   round-to-nearest-even when compiled (fewer integer instructions in every GEMM's K loop). One call:
+#   round-to-nearest-even when compiled (fewer integer instructions in every GEMM's K loop). h200_v19 ran that
+#   (chain round 0.819 ms = 1.29x an AR step without PDL); since then the AR step's own launches (the decode
+#   GEMV, the decode attention) take PDL too, so WEAVER_PDL=1 speeds the baseline as much as the rounds. One call:
 #   1. compiled tests at full size: fused_gemv row tiles (split-K replayed in a graph), the fast verify, the fast
 #      draft (all with PDL on);
 #   2. rounds_check.py --quick (captured one-graph rounds with PDL equal the ar tokens);
@@ -13,8 +15,8 @@ OUT=${OUT:-/tmp/pdl_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 (WEAVER_TRITON_FULL=1 timeout "${PD_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rf \
-  tests/ops/test_triton_verify.py tests/models/test_fast_verify.py tests/spec/test_fast_drafter.py -k \
-  "fused_gemv or fast" 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
+  tests/ops/test_triton_verify.py tests/ops/test_triton_decode.py tests/models/test_fast_verify.py \
+  tests/models/test_fast_decode.py tests/spec/test_fast_drafter.py -k "fused_gemv or fast or decode_attention" 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PD_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 for p in ${PD_PROFILES:-before after}; do
   pdl=$([ $p = after ] && echo 1 || echo 0)

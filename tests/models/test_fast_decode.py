@@ -1,4 +1,5 @@
-"""The fused Triton decode step (models.fast_decode) against Decoder.forward, run under Triton's interpreter."""
+"""The fused Triton decode step (models.fast_decode) against Decoder.forward: under Triton's interpreter on CPU,
+compiled on a GPU (fp32 models either way); on a GPU also PDL launches against plain ones, bit for bit."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import os
 import pytest
 import torch
 
-if not torch.cuda.is_available():  # before triton loads: the kernels run in its interpreter on CPU
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":  # before triton loads: the kernels run in its interpreter on CPU
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import weaver  # noqa: E402
@@ -18,14 +20,14 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [3], [40, 41, 42, 43, 44, 45, 46, 47, 48, 49
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
 def test_fast_decode_logits_match_forward(preset):
-    llm = weaver.LLM.from_config(preset, seed=1, device="cpu", dtype="fp32")
+    llm = weaver.LLM.from_config(preset, seed=1, device=DEVICE, dtype="fp32")
     model = llm.model
     fast = FastDecoder(model)
     a, b = model.allocate_cache(2, 64), model.allocate_cache(2, 64)
-    prompt = torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5]])
+    prompt = torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5]], device=DEVICE)
     model(prompt, a)
     model(prompt, b)
-    token = torch.tensor([[11], [12]])
+    token = torch.tensor([[11], [12]], device=DEVICE)
     for _ in range(6):
         want = model(token, a).logits[:, -1]
         got = fast(token, b)
@@ -40,12 +42,39 @@ def test_fast_decode_logits_match_forward(preset):
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
 def test_fast_decode_greedy_equals_reference_engine(preset):
-    llm = weaver.LLM.from_config(preset, seed=3, device="cpu", dtype="fp32")
-    assert llm.engine.fast_decode is None  # CPU default: the torch step
-    want = [llm.generate(p, max_new_tokens=16, ignore_eos=True).token_ids for p in PROMPTS]
+    ref = weaver.LLM.from_config(preset, seed=3, device=DEVICE, dtype="fp32")
+    ref.engine.fast_decode, ref.engine.compile = None, False  # the plain torch step (graphed on a GPU)
+    want = [ref.generate(p, max_new_tokens=16, ignore_eos=True).token_ids for p in PROMPTS]
+    llm = weaver.LLM.from_config(preset, seed=3, device=DEVICE, dtype="fp32")
     llm.engine.fast_decode = FastDecoder(llm.model)
     got = [llm.generate(p, max_new_tokens=16, ignore_eos=True).token_ids for p in PROMPTS]
     assert got == want
+
+
+@pytest.mark.skipif(DEVICE == "cpu", reason="programmatic dependent launch exists only compiled, on Hopper")
+@torch.no_grad()
+def test_fast_decode_with_pdl_equals_without(monkeypatch):
+    """PDL only lets each launch start while the previous kernel ends (weight prefetch before its wait): a read
+    before the wait of anything its predecessor writes would show as a difference here."""
+    from weaver.ops.triton._utils import pdl_launch
+
+    if not pdl_launch(torch.device(DEVICE), 2):
+        pytest.skip("this GPU has no programmatic dependent launch (before Hopper)")
+    model = weaver.LLM.from_config("tiny-llama", seed=2, device=DEVICE, dtype="bf16").model
+    fast = FastDecoder(model)
+    runs = []
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("WEAVER_PDL", pdl)
+        cache = model.allocate_cache(2, 64)
+        model(torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5]], device=DEVICE), cache)
+        token, logits = torch.tensor([[11], [12]], device=DEVICE), []
+        for _ in range(8):
+            logits.append(fast(token, cache))
+            token = logits[-1].argmax(-1, keepdim=True)
+        runs.append((torch.stack(logits), [(layer.k.clone(), layer.v.clone()) for layer in cache.layers]))
+    (want, want_kv), (got, got_kv) = runs[1], runs[0]
+    assert torch.equal(got, want)
+    assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(want_kv, got_kv, strict=True))
 
 
 def test_fast_decode_refuses_unsupported_models():

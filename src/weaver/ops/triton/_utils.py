@@ -87,6 +87,27 @@ def prefetch_l2(ptrs):
 
 
 @triton.jit
+def prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
+    """Ask L2 for the K 16-bit elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
+    prefetch_l2(p_rows + tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)[None, :])
+
+
+PREFETCH_SLOTS = tl.constexpr(128)  # cache slots a prefetch round covers
+
+
+@triton.jit
+def prefetch_prefix(p_k, p_v, length, stride_cs, D: tl.constexpr):
+    """L2 prefetch of slots 0 .. length-1 of one kv head's K and V cache rows (each D 16-bit values)."""
+    LINES: tl.constexpr = (2 * D + 127) // 128
+    o_l = tl.arange(0, LINES) * 64
+    for s0 in range(0, length, PREFETCH_SLOTS):
+        o_s = tl.minimum(s0 + tl.arange(0, PREFETCH_SLOTS), length - 1)
+        rows = o_s[:, None] * stride_cs + o_l[None, :]
+        prefetch_l2(p_k + rows)
+        prefetch_l2(p_v + rows)
+
+
+@triton.jit
 def pdl_wait():
     """Programmatic dependent launch: wait for the previous kernel in the stream to finish (its writes
     visible), then let the next one launch."""

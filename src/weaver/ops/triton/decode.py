@@ -20,7 +20,14 @@ import triton
 import triton.language as tl
 
 from weaver.ops.triton import tuning
-from weaver.ops.triton._utils import check_device, interpreting, pdl_launch, pdl_wait, prefetch_l2
+from weaver.ops.triton._utils import (
+    check_device,
+    interpreting,
+    pdl_launch,
+    pdl_wait,
+    prefetch_prefix,
+    prefetch_rows,
+)
 
 
 def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
@@ -91,13 +98,18 @@ def _gemv_kernel(
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
-    GELU: tl.constexpr = False,
+    GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
 ):
     pid_n = tl.program_id(0)
     m = tl.program_id(1)
     dtype = x_ptr.dtype.element_ty
     rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N_OUT
+    if PDL:  # as in _gemm_rows_kernel: this program's weight rows toward L2, then wait for the previous kernel
+        prefetch_rows(w_ptr + tl.minimum(rows, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
+        if SWIGLU:
+            prefetch_rows(w_ptr + (tl.minimum(rows, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
+        pdl_wait()
     cols0 = tl.arange(0, BLOCK_K)
     x_row = x_ptr + m * stride_xm
     rstd = 1.0
@@ -219,6 +231,7 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu,
+        **_pdl_options(x.device, k, weight.element_size()),
     )
     return out
 
@@ -259,12 +272,6 @@ def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexp
 
 
 @triton.jit
-def _prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
-    """Ask L2 for the K bf16 elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
-    prefetch_l2(p_rows + tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)[None, :])
-
-
-@triton.jit
 def _gemm_rows_kernel(
     x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
     M, K, N_OUT, HALF, eps,
@@ -284,9 +291,9 @@ def _gemm_rows_kernel(
     mask_n = o_n < N_OUT
     p_x = x_ptr + o_m[:, None] * stride_xm
     if PDL:  # launched before the previous kernel ends: pull this program's weights toward L2, then wait for it
-        _prefetch_rows(w_ptr + tl.minimum(o_n, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
+        prefetch_rows(w_ptr + tl.minimum(o_n, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
         if SWIGLU:
-            _prefetch_rows(w_ptr + (tl.minimum(o_n, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
+            prefetch_rows(w_ptr + (tl.minimum(o_n, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
         pdl_wait()
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of every row of the tile, recomputed by every program
@@ -383,13 +390,18 @@ def _decode_attention_kernel(
     S, eps, scale,
     stride_qkv, stride_cb, stride_ch, stride_cs, stride_out,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr,
-    QK_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    QK_NORM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr = False,
 ):
     b = tl.program_id(0)
     h = tl.program_id(1)
     GROUP: tl.constexpr = H // HKV
     kvh = h // GROUP
     dtype = k_ptr.dtype.element_ty
+    if PDL:  # launched while the qkv GEMV ends (it writes neither the lengths nor the cache): the committed
+        # slots' K/V rows toward L2, then wait for it
+        prefetch_prefix(k_ptr + b * stride_cb + kvh * stride_ch, v_ptr + b * stride_cb + kvh * stride_ch,
+                        tl.load(len_ptr + b), stride_cs, D)  # fmt: skip
+        pdl_wait()
     pos = tl.load(len_ptr + b)
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
@@ -452,6 +464,6 @@ def decode_attention(
         s, eps, d**-0.5,
         qkv.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
-        BLOCK_D=triton.next_power_of_2(d), BLOCK_S=block_s, num_warps=4,
+        BLOCK_D=triton.next_power_of_2(d), BLOCK_S=block_s, num_warps=4, **pdl_launch(qkv.device, qkv.element_size()),
     )
     return out

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from weaver.ops.triton import tuning
-from weaver.ops.triton._utils import check_device, interpreting, pdl_launch, pdl_wait, prefetch_l2
+from weaver.ops.triton._utils import check_device, interpreting, pdl_launch, pdl_wait, prefetch_prefix
 from weaver.ops.triton.decode import _round
 
 
@@ -355,21 +355,6 @@ def _attention_launch(
     return block_r, block_s, num_warps or 4, num_stages or 3
 
 
-PREFETCH_SLOTS = tl.constexpr(128)  # cache slots a prefetch round covers
-
-
-@triton.jit
-def _prefetch_prefix(p_k, p_v, length, stride_cs, D: tl.constexpr):
-    """L2 prefetch of slots 0 .. length-1 of one kv head's K and V cache rows (each D 16-bit values)."""
-    LINES: tl.constexpr = (2 * D + 127) // 128
-    o_l = tl.arange(0, LINES) * 64
-    for s0 in range(0, length, PREFETCH_SLOTS):
-        o_s = tl.minimum(s0 + tl.arange(0, PREFETCH_SLOTS), length - 1)
-        rows = o_s[:, None] * stride_cs + o_l[None, :]
-        prefetch_l2(p_k + rows)
-        prefetch_l2(p_v + rows)
-
-
 @triton.jit
 def _tree_attention_rope_kernel(
     qkv_ptr, k_ptr, v_ptr, len_ptr, anc_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr, out_ptr,
@@ -382,7 +367,7 @@ def _tree_attention_rope_kernel(
     i_r, i_b, i_kvh, o_i, o_h, mask_r = _program_rows(T, H, HKV, BLOCK_R)
     dtype = qkv_ptr.dtype.element_ty
     if PDL:  # launched while the qkv GEMM ends: pull the committed prefix's K/V rows toward L2, then wait for it
-        _prefetch_prefix(k_ptr + i_b * stride_cb + i_kvh * stride_ch, v_ptr + i_b * stride_cb + i_kvh * stride_ch,
+        prefetch_prefix(k_ptr + i_b * stride_cb + i_kvh * stride_ch, v_ptr + i_b * stride_cb + i_kvh * stride_ch,
                          tl.load(len_ptr + i_b), stride_cs, D)  # fmt: skip
         pdl_wait()
     length = tl.load(len_ptr + i_b)
