@@ -42,7 +42,10 @@ vf = importlib.import_module("weaver.ops.triton.verify")
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
     """args: name -> triton type string; constexprs: name -> value; divisible: integer args the launcher
-    would see as multiples of 16 (it specialises on that). Returns the compiled kernel."""
+    would see as multiples of 16 (it specialises on that). A kernel with a PDL constexpr compiles with it on,
+    as it launches on Hopper, unless constexprs say otherwise. Returns the compiled kernel."""
+    if "PDL" in fn.arg_names:
+        constexprs = {"PDL": True, **constexprs}
     sig = {name: args.get(name, "constexpr") for name in fn.arg_names}
     # pointers 16-byte aligned, as the launcher specialises them for torch tensors
     attrs = {
@@ -134,7 +137,7 @@ def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict) -> str:
     args.update(K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32", stride_rm="i32",
                 stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
-                 GELU=False, BLOCK_N=block_n, BLOCK_K=block_k)  # fmt: skip
+                 GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)))
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
     return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} SASS={sass_count(kern)}", kern)
@@ -152,11 +155,10 @@ def check_adapter_gemv() -> list[str]:
 def check_decode() -> list[str]:
     """The AR step's launches at SmolLM2's shapes (bf16, PDL on as launched on Hopper): its five GEMVs for one
     row, and qk-norm-free RoPE + K/V write + attention (9 / 3 heads of 64)."""
-    pdl = dict(PDL=True, K_LINES=16)
     cases = (("qkv+norm", 960, 576, dict(NORM=True)), ("o+res", 576, 576, dict(RESIDUAL=True)),
              ("gate_up+norm+swiglu", 1536, 576, dict(NORM=True, SWIGLU=True)),
-             ("down+res", 576, 1536, dict(RESIDUAL=True, K_LINES=32)), ("lm_head+norm", 49152, 576, dict(NORM=True)))
-    out = [compile_gemv(f"decode gemv {name}", n, k, 1, {**pdl, **flags}) for name, n, k, flags in cases]
+             ("down+res", 576, 1536, dict(RESIDUAL=True)), ("lm_head+norm", 49152, 576, dict(NORM=True)))
+    out = [compile_gemv(f"decode gemv {name}", n, k, 1, flags) for name, n, k, flags in cases]
     ptrs = {p: "*bf16" for p in ("qkv_ptr", "k_ptr", "v_ptr", "qn_ptr", "kn_ptr", "out_ptr")}
     strides = ("stride_qkv", "stride_cb", "stride_ch", "stride_cs", "stride_out")
     args = dict(ptrs, len_ptr="*i64", inv_freq_ptr="*fp32", S="i32", eps="fp32", scale="fp32",

@@ -5,18 +5,21 @@
 #   stage graph 0.81 -> 0.73 ms, one-graph round unchanged); since then `_round` converts with the hardware's
 #   round-to-nearest-even when compiled (fewer integer instructions in every GEMM's K loop). h200_v19 ran that
 #   (chain round 0.819 ms = 1.29x an AR step without PDL); since then the AR step's own launches (the decode
-#   GEMV, the decode attention) take PDL too, so WEAVER_PDL=1 speeds the baseline as much as the rounds. One call:
-#   1. compiled tests at full size: fused_gemv row tiles (split-K replayed in a graph), the fast verify, the fast
-#      draft (all with PDL on);
+#   GEMV, the decode attention) take PDL too, so WEAVER_PDL=1 speeds the baseline as much as the rounds
+#   (h200_v20: chain 1.34x, weaver 64 3.04x); since then every other Triton kernel of the rounds launches with
+#   PDL as well (a bare wait at its start: nothing is read before it). One call:
+#   1. compiled tests at full size of every kernel with PDL, the fast verify, decode and draft (PDL on);
 #   2. rounds_check.py --quick (captured one-graph rounds with PDL equal the ar tokens);
 #   3. round_profile.py ar + chain 16 + weaver 64 with WEAVER_PDL=0 (before), then WEAVER_PDL=1 (after).
 #   device run:  bash scripts/gpu/pdl_check.sh      (results in $OUT)
 OUT=${OUT:-/tmp/pdl_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${PD_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rf \
-  tests/ops/test_triton_verify.py tests/ops/test_triton_decode.py tests/models/test_fast_verify.py \
-  tests/models/test_fast_decode.py tests/spec/test_fast_drafter.py -k "fused_gemv or fast or decode_attention" 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
+(WEAVER_TRITON_FULL=1 timeout "${PD_TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -x -rf \
+  tests/ops/test_triton_verify.py tests/ops/test_triton_decode.py tests/ops/test_triton_pool_top.py \
+  tests/ops/test_triton_node_attention.py tests/ops/test_triton_weaver_frontier.py tests/ops/test_triton_vocab_top1.py \
+  tests/ops/test_triton_topk.py tests/ops/test_triton_structure.py tests/models/test_fast_verify.py \
+  tests/models/test_fast_decode.py tests/spec/test_fast_drafter.py 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PD_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 for p in ${PD_PROFILES:-before after}; do
   pdl=$([ $p = after ] && echo 1 || echo 0)

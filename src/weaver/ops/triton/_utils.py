@@ -115,10 +115,11 @@ def pdl_wait():
     tl.extra.cuda.gdc_launch_dependents()
 
 
-def pdl_launch(device: torch.device, itemsize: int) -> dict:
+def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
-    or later, for 16-bit data (the prefetches count 64 values a line), and not WEAVER_PDL=0 (read at every
-    launch; a captured graph keeps what it was captured with); else none."""
+    or later, and not WEAVER_PDL=0 (read at every launch; a captured graph keeps what it was captured with);
+    else none. A kernel that prefetches rows before its wait passes their itemsize: the prefetches count 64
+    values a line, so only 16-bit data qualifies. A kernel without prefetches reads nothing before its wait."""
     if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
         return {}
     return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}

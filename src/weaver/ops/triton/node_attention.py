@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device, interpreting, next_pow2
+from weaver.ops.triton._utils import check_device, interpreting, next_pow2, pdl_launch, pdl_wait
 from weaver.ops.triton.decode import _round
 
 __all__ = ["NODE_ATTENTION_MAX_D", "node_attention", "node_attention_config", "node_attention_kernel"]
@@ -50,10 +50,13 @@ def node_attention_kernel(
     stride_mb, stride_mw, stride_ms,
     H: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_W: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, GROUP: tl.constexpr = 1,
+    PDL: tl.constexpr = False,
 ):  # fmt: skip
     """Program (b, h): rows q[b, h, :W] against k/v[b, h, :S] where mask[b, w, s] != 0; out [B, W, H, D]
     contiguous (token-major: the output projection reads each node's heads as one row).
     qk_scale = D**-0.5 * log2(e) (the softmax runs in base 2)."""
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_bh = tl.program_id(0)
     i_b = (i_bh // H).to(tl.int64)
     i_h = (i_bh % H).to(tl.int64)
@@ -157,6 +160,6 @@ def node_attention(
         mask8.stride(0), mask8.stride(1), mask8.stride(2),
         H=H, D=D, INTERPRET=interpreting(),
         BLOCK_W=block_w, BLOCK_D=block_d, BLOCK_S=block_s, GROUP=H // HKV,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )  # fmt: skip
     return out

@@ -21,7 +21,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device
+from weaver.ops.triton._utils import check_device, pdl_launch, pdl_wait
 from weaver.ops.triton.decode import _round
 from weaver.ops.triton.topk import select_top
 
@@ -33,8 +33,10 @@ def _pool_logits_kernel(
     y, norm_w, norm_b, table, ids, prior, pool, logits,
     W, K, D, eps,
     stride_y, stride_t, stride_ib, stride_id, stride_pb, stride_pd,
-    HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+    HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r = tl.program_id(0)
     i_k = tl.program_id(1)
     i_b = i_r // W
@@ -62,8 +64,10 @@ def _pool_top_kernel(
     logits, ids, pool, out_lp, out_tok, out_ix,
     W, K, c,
     stride_ib, stride_id,
-    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r = tl.program_id(0)
     i_b = i_r // W
     p = tl.load(pool + i_r)
@@ -119,12 +123,13 @@ def pool_top(
         y, norm_weight, norm_bias if norm_bias is not None else norm_weight, table, ids, prior, pool, logits,
         r // b, k, d, eps,
         y.stride(0), table.stride(0), ids.stride(0), ids.stride(1), prior.stride(0), prior.stride(1),
-        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4,
+        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4, **pdl_launch(y.device),
     )
     _pool_top_kernel[(r,)](
         logits, ids, pool, top_lp, top_tok, top_ix,
         r // b, k, c,
         ids.stride(0), ids.stride(1),
         BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), num_warps=4,
+        **pdl_launch(logits.device),
     )
     return top_lp, top_tok, top_ix

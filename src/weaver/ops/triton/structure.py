@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device, next_pow2
+from weaver.ops.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 
 __all__ = ["TreeStructure", "build_tree_structure", "as_structure"]
 
@@ -34,7 +34,9 @@ class TreeStructure(NamedTuple):
 
 @triton.jit
 def tree_structure_kernel(parents, anc, depth, T, BT: tl.constexpr, BW: tl.constexpr, BR: tl.constexpr,
-                          NJ: tl.constexpr):  # fmt: skip
+                          NJ: tl.constexpr, PDL: tl.constexpr = False):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
     o_t = tl.arange(0, BT)
     o_w = tl.arange(0, BW)
@@ -87,7 +89,8 @@ def build_tree_structure(parents: torch.Tensor) -> TreeStructure:
     depth = torch.empty(B, T, dtype=torch.int32, device=parents.device)
     BR = 32 if BT <= 128 else 16
     tree_structure_kernel[(triton.cdiv(T, BR), B)](
-        p32, anc, depth, T, BT=BT, BW=BT // 32, BR=BR, NJ=max(0, (T - 1).bit_length()), num_warps=4
+        p32, anc, depth, T, BT=BT, BW=BT // 32, BR=BR, NJ=max(0, (T - 1).bit_length()), num_warps=4,
+        **pdl_launch(p32.device),
     )
     return TreeStructure(parents=p32, anc=anc, depth=depth)
 

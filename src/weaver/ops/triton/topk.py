@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from weaver.ops.topk import TOPK_MAX_K, TOPK_MAX_N
-from weaver.ops.triton._utils import check_device, next_pow2
+from weaver.ops.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 
 __all__ = ["select_top", "small_topk", "topk_config"]
 
@@ -65,7 +65,9 @@ def select_top(b_x, m_n, k, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IS64: 
 
 @triton.jit
 def small_topk_kernel(x, values, indices, N, k, stride_x, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      IS64: tl.constexpr):  # fmt: skip
+                      IS64: tl.constexpr, PDL: tl.constexpr = False):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r = tl.program_id(0).to(tl.int64)
     o_n = tl.arange(0, BLOCK_N)
     o_k = tl.arange(0, BLOCK_K)
@@ -111,6 +113,6 @@ def small_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     BLOCK_N, BLOCK_K, num_warps = topk_config(N, k)
     small_topk_kernel[(R,)](
         x, values, indices, N, k, x.stride(0), BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, IS64=x.dtype == torch.float64,
-        num_warps=num_warps,
+        num_warps=num_warps, **pdl_launch(x.device),
     )  # fmt: skip
     return values, indices

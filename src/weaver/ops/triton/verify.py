@@ -83,7 +83,9 @@ def _heads_rope(
 
 @triton.jit
 def _rope_table_kernel(len_ptr, depth_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, stride_db,
-                       HALF: tl.constexpr, BLOCK_F: tl.constexpr):  # fmt: skip
+                       HALF: tl.constexpr, BLOCK_F: tl.constexpr, PDL: tl.constexpr = False):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_row = tl.program_id(0)  # b * T + j: one node
     i_b = i_row // T
     pos = tl.load(len_ptr + i_b) + tl.load(depth_ptr + i_b * stride_db + i_row % T)
@@ -109,7 +111,8 @@ def rope_table(
     cos = torch.empty(b * t, half, device=depth.device, dtype=dtype)
     sin = torch.empty_like(cos)
     _rope_table_kernel[(b * t,)](lengths, depth, inv_freq, cos, sin, t, depth.stride(0), HALF=half,
-                                 BLOCK_F=triton.next_power_of_2(half), num_warps=1)  # fmt: skip
+                                 BLOCK_F=triton.next_power_of_2(half), num_warps=1,
+                                 **pdl_launch(lengths.device))  # fmt: skip
     return cos, sin
 
 
@@ -119,8 +122,10 @@ def _tree_rope_kv_kernel(
     T, S, eps,
     stride_qkv, stride_db, stride_cb, stride_ch, stride_cs, stride_q,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_row = tl.program_id(0)  # b * T + j: one node, all of its heads
     i_b = i_row // T
     i_j = i_row % T
@@ -183,7 +188,7 @@ def tree_rope_kv_write(
         qkv.stride(0), depth.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), q.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         BLOCK_H=triton.next_power_of_2(num_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps,
+        BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps, **pdl_launch(qkv.device),
     )
     return q
 
@@ -261,8 +266,10 @@ def _tree_attention_kernel(
     T, scale,
     stride_q, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_o,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr = False,
 ):
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r, i_b, i_kvh, o_i, o_h, mask_r = _program_rows(T, H, HKV, BLOCK_R)
     dtype = q_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
@@ -329,7 +336,7 @@ def tree_attention(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpret,
         BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
     return out
 

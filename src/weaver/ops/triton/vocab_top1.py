@@ -23,15 +23,17 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device, next_pow2
+from weaver.ops.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.ops.vocab_top1 import VOCAB_TOP1_DTYPES
 
 __all__ = ["vocab_top1", "vocab_top1_config"]
 
 
 @triton.jit
-def _chunk_kernel(x, part_max, part_idx, part_sum, V, C, stride_x, CHUNK: tl.constexpr):
+def _chunk_kernel(x, part_max, part_idx, part_sum, V, C, stride_x, CHUNK: tl.constexpr, PDL: tl.constexpr = False):
     """Program (row r, chunk c): max, lowest argmax and sum exp(x - max) of x[r, c*CHUNK : (c+1)*CHUNK]."""
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r = tl.program_id(0).to(tl.int64)
     i_c = tl.program_id(1)
     o_v = i_c * CHUNK + tl.arange(0, CHUNK)
@@ -45,8 +47,10 @@ def _chunk_kernel(x, part_max, part_idx, part_sum, V, C, stride_x, CHUNK: tl.con
 
 
 @triton.jit
-def _combine_kernel(part_max, part_idx, part_sum, logp, index, C, BLOCK_C: tl.constexpr):
+def _combine_kernel(part_max, part_idx, part_sum, logp, index, C, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False):
     """Program (row r): the row's max log-softmax and lowest argmax from its C chunk partials."""
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i_r = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, BLOCK_C)
     m_c = o_c < C
@@ -95,6 +99,7 @@ def vocab_top1(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     part_max = torch.empty(R, C, dtype=torch.float32, device=x.device)
     part_idx = torch.empty(R, C, dtype=torch.int64, device=x.device)
     part_sum = torch.empty(R, C, dtype=torch.float32, device=x.device)
-    _chunk_kernel[(R, C)](x, part_max, part_idx, part_sum, V, C, x.stride(0), CHUNK=chunk, num_warps=num_warps)
-    _combine_kernel[(R,)](part_max, part_idx, part_sum, logp, index, C, BLOCK_C=next_pow2(C, 2), num_warps=1)
+    pdl = pdl_launch(x.device)
+    _chunk_kernel[(R, C)](x, part_max, part_idx, part_sum, V, C, x.stride(0), CHUNK=chunk, num_warps=num_warps, **pdl)
+    _combine_kernel[(R,)](part_max, part_idx, part_sum, logp, index, C, BLOCK_C=next_pow2(C, 2), num_warps=1, **pdl)
     return logp, index

@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.ops.triton._utils import check_device, next_pow2
+from weaver.ops.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.ops.triton.topk import select_top
 
 __all__ = ["frontier_pop", "frontier_push", "node_inputs"]
@@ -39,8 +39,10 @@ def _pop_kernel(
     f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
     F, N, DEPTH, W, B,
     stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr,
+    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     b = tl.program_id(0).to(tl.int64)
     o_f = tl.arange(0, BLOCK_F)
     m_f = o_f < F
@@ -115,7 +117,7 @@ def frontier_pop(
             grow.view(torch.uint8), score,
             f1 - 1, n, depth, w, b,
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
-            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), num_warps=4,
+            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), num_warps=4, **pdl_launch(f_score.device),
         )  # fmt: skip
     return step, node, grow, score
 
@@ -124,8 +126,10 @@ def frontier_pop(
 def _push_kernel(
     f_score, f_item, f_logp, node, grow, score, step, top_lp, top_tok, top_ix,
     W, C, B, K, stride_fs, stride_fi, stride_fl,
-    BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_W: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     b = tl.program_id(0).to(tl.int64)
     o_w = tl.arange(0, BLOCK_W)
     o_c = tl.arange(0, BLOCK_C)
@@ -175,7 +179,7 @@ def frontier_push(
         _push_kernel[(b,)](
             f_score, f_item, f_logp, node, grow.view(torch.uint8), score, step, top_lp, top_tok, top_ix,
             w, c, b, pool_size, f_score.stride(0), f_item.stride(0), f_logp.stride(0),
-            BLOCK_W=next_pow2(w, 2), BLOCK_C=next_pow2(c, 2), num_warps=4,
+            BLOCK_W=next_pow2(w, 2), BLOCK_C=next_pow2(c, 2), num_warps=4, **pdl_launch(f_score.device),
         )  # fmt: skip
 
 
@@ -185,8 +189,10 @@ def _node_inputs_kernel(
     W, B, P, S_TOT, D, HD,
     stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
+    if PDL:  # programmatic dependent launch: nothing is read before the wait
+        pdl_wait()
     i = tl.program_id(0)  # node i of the step: batch row i // W
     b = (i // W).to(tl.int64)
     slot = tl.load(step + i)
@@ -252,6 +258,6 @@ def node_inputs(
             visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
             cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0), v_buf.stride(1),
             v_buf.stride(2),
-            BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16), num_warps=4,
+            BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16), num_warps=4, **pdl_launch(step.device),
         )  # fmt: skip
     return x, q, mask
