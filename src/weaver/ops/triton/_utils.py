@@ -115,12 +115,15 @@ def pdl_wait():
     tl.extra.cuda.gdc_launch_dependents()
 
 
-def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
+def pdl_launch(device: torch.device, itemsize: int = 2, kernel: str = "") -> dict:
     """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
-    or later, and not WEAVER_PDL=0 (read at every launch; a captured graph keeps what it was captured with);
-    else none. A kernel that prefetches rows before its wait passes their itemsize: the prefetches count 64
-    values a line, so only 16-bit data qualifies. A kernel without prefetches reads nothing before its wait."""
+    or later, and not WEAVER_PDL=0 nor `kernel` listed in WEAVER_PDL_OFF (comma-separated; both read at every
+    launch; a captured graph keeps what it was captured with); else none. A kernel that prefetches rows before
+    its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies. A
+    kernel without prefetches reads nothing before its wait."""
     if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
+        return {}
+    if kernel and kernel in os.environ.get("WEAVER_PDL_OFF", "").split(","):
         return {}
     return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
 
