@@ -38,6 +38,7 @@ dc = importlib.import_module("weaver.ops.triton.decode")
 wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
 vt = importlib.import_module("weaver.ops.triton.vocab_top1")
 vf = importlib.import_module("weaver.ops.triton.verify")
+pt = importlib.import_module("weaver.ops.triton.pool_top")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -193,6 +194,24 @@ def check_weaver_frontier() -> list[str]:
     ]  # fmt: skip
 
 
+def check_pool_top() -> list[str]:
+    """The Weaver step's scoring tail at the benchmark's adapter (d_rank 512, pool 512, c 8, bf16): the pool
+    logits, and the log-softmax + top-c launch with and without the frontier push inside."""
+    args = dict(y="*bf16", norm_w="*bf16", norm_b="*bf16", table="*bf16", ids="*i64", prior="*fp32", pool="*i64",
+                logits="*fp32", W="i32", K="i32", D="i32", eps="fp32", stride_y="i32", stride_t="i32",
+                stride_ib="i32", stride_id="i32", stride_pb="i32", stride_pd="i32")  # fmt: skip
+    kern = compile_kernel(pt._pool_logits_kernel, args, dict(HAS_BIAS=True, BLOCK_K=16, BLOCK_D=512), 4)
+    out = [report("pool_logits d=512 BLOCK_K=16", kern)]
+    args = dict(logits="*fp32", ids="*i64", pool="*i64", out_lp="*fp32", out_tok="*i64", out_ix="*i64",
+                f_score="*fp64", f_item="*i64", f_logp="*fp32", node="*i64", grow="*u8", score="*fp64",
+                depth="*i64", W="i32", K="i32", c="i32", stride_ib="i32", stride_id="i32", stride_fs="i32",
+                stride_fi="i32", stride_fl="i32")  # fmt: skip
+    for push in (False, True):
+        kern = compile_kernel(pt._pool_top_kernel, args, dict(BLOCK_K=512, BLOCK_C=8, PUSH=push), 4)
+        out.append(report(f"pool_top K=512 c=8 push={push}", kern))
+    return out
+
+
 def check_vocab_top1() -> list[str]:
     """The greedy top-1's two launches (chunk partials, row combine) at the drafter's and the target's
     vocabularies (49152, 151936), fp32 and bf16 logits of contiguous rows, as the launcher configures them."""
@@ -283,13 +302,15 @@ def main() -> None:
     parser.add_argument("--vocab-top1", action="store_true", help="also the greedy top-1 over the vocabulary")
     parser.add_argument("--verify", action="store_true", help="also the tree verify's RoPE / attention launches")
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
+    parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
-              (args.gemm_rows, check_gemm_rows), (args.decode, check_decode))  # fmt: skip
+              (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
+              (args.pool_top, check_pool_top))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.models.config import ModelConfig
-from weaver.ops.pool_top import pool_top_op
+from weaver.ops.pool_top import pool_top_op, pool_top_push_op
 from weaver.ops.triton.pool_top import pool_top
+from weaver.ops.triton.weaver_frontier import frontier_push
 from weaver.spec.weaver import WeaverAdapter
 from weaver.testing import assert_close
 
@@ -127,3 +128,66 @@ def test_pool_top_log_p_near_zero():
                             pool_prior, pool.reshape(-1), 1)  # fmt: skip
     _, want_lp, _, _ = _torch_path(adapter, y, pool_ids, pool_prior, pool, 1)
     assert float((got_lp.cpu() - want_lp.reshape(1, 1).cpu()).abs().max()) < 1e-6
+
+
+
+def _frontier_case(b, w, c, depth, gen):
+    """A builder frontier [B, F + 1] with earlier entries, and popped nodes of which some do not grow."""
+    f1 = (w * 4 + 2) * c + 1
+    f_score = torch.randn(b, f1, generator=gen, dtype=torch.float64)
+    f_item = torch.randint(0, 50, (b, f1, 4), generator=gen)
+    f_logp = torch.randn(b, f1, generator=gen)
+    node = torch.stack([torch.randperm(w * 4 + 2, generator=gen)[:w] for _ in range(b)])
+    grow = torch.rand(b, w, generator=gen) < 0.7
+    score = torch.randn(b, w, generator=gen, dtype=torch.float64)
+    score[0, 0] = float("-inf")  # a popped -inf: its children must be dropped
+    node_depth = torch.randint(0, depth, (b, w), generator=gen)
+    return [t.to(DEVICE) for t in (f_score, f_item, f_logp, node, grow, score, node_depth)]
+
+
+@settings(max_examples=4 if FULL else 10, deadline=None)
+@given(b=st.integers(1, 2), w=st.integers(1, 4), k=st.integers(2, 30), c=st.integers(1, 8), seed=st.integers(0, 999))
+def test_pool_top_push_equals_top_then_frontier_push(b, w, k, c, seed):
+    """The push inside the tail's second launch writes the frontier exactly as `frontier_push` after it."""
+    c = min(c, k)
+    depth = 3
+    adapter, y, pool_ids, pool_prior, pool = _case(b, w, 8, k, depth, k + 7, torch.float32, seed % 2 == 0, seed)
+    norm = adapter.out_norm
+    args = (y.reshape(b * w, 8), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head, pool_ids, pool_prior,
+            pool.reshape(-1), c)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    want = _frontier_case(b, w, c, depth, gen)
+    got = [t.clone() for t in want]
+    before = want[0].clone()
+    step = torch.zeros(6, b, w, dtype=torch.int64, device=DEVICE)
+    step[3], step[5] = want[6], pool  # the nodes' depths and pool rows, as frontier_pop hands them out
+    top_lp, top_tok, top_ix = pool_top(*args)
+    frontier_push(*want[:6], step, top_lp.view(b, w, c), top_tok.view(b, w, c), top_ix.view(b, w, c), k)
+    assert pool_top(*args, push=tuple(got)) is None
+    for name, x, ref in zip(("score", "item", "logp"), got[:3], want[:3]):
+        assert torch.equal(x, ref), name
+    pushed = bool((want[4] & (want[5] > float("-inf"))).any())  # some grown node with a finite score
+    assert torch.equal(got[0], before) != pushed  # the comparison is not between two untouched frontiers
+
+
+def test_pool_top_push_op_traces():
+    """The mutating custom op's schema and fake impl hold (torch.compile of the build stage)."""
+    b, w, c, k, depth = 1, 2, 3, 5, 2
+    adapter, y, pool_ids, pool_prior, pool = _case(b, w, 8, k, depth, 12, torch.float32, True, 1)
+    norm = adapter.out_norm
+    frontier = _frontier_case(b, w, c, depth, torch.Generator().manual_seed(2))
+    args = (y.reshape(b * w, 8), norm.weight.detach(), norm.bias.detach(), norm.eps, adapter.residual_lm_head,
+            pool_ids, pool_prior, pool.reshape(-1), c, *frontier)  # fmt: skip
+    torch.library.opcheck(pool_top_push_op, args)
+
+
+def test_pool_top_push_rejects_bad_frontier():
+    adapter, y, pool_ids, pool_prior, pool = _case(1, 2, 8, 5, 2, 12, torch.float32, False, 0)
+    norm = adapter.out_norm
+    args = (y.reshape(2, 8), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head, pool_ids, pool_prior,
+            pool.reshape(-1), 2)  # fmt: skip
+    frontier = _frontier_case(1, 2, 2, 2, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match="frontier score"):
+        pool_top(*args, push=(frontier[0].float(), *frontier[1:]))
+    with pytest.raises(ValueError, match="grow must be"):
+        pool_top(*args, push=(*frontier[:4], frontier[4][:, :1], *frontier[5:]))

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
+import weaver.spec.weaver as weaver_module
 import weaver.spec.weaver_builder_device as device_builder
 from weaver.spec.weaver_builder import build_weaver
 from weaver.spec.weaver_builder_device import build_weaver_device
@@ -39,7 +40,7 @@ def _trees(args, kw, budget, w, c):
     """The device builder's tree with the Triton bookkeeping and with its tensor ops."""
     trees, calls, adapter = [], [], kw["adapter"]
     prepared = adapter.step_top_prepared
-    adapter.step_top_prepared = lambda *a: calls.append(a[1].shape) or prepared(*a)
+    adapter.step_top_prepared = lambda *a, **k: calls.append(a[1].shape) or prepared(*a, **k)
     try:
         for forced in (True, False):
             device_builder.FRONTIER_KERNELS = forced
@@ -105,3 +106,30 @@ def test_frontier_kernels_under_torch_compile() -> None:
         device_builder.FRONTIER_KERNELS = None
         torch._dynamo.reset()
     assert_same_tree(eager, tree, "compiled")
+
+
+@pytest.mark.parametrize(("budget", "w", "c", "seed"), [(8, 1, 3, 0), (32, 3, 4, 1), (64, 4, 8, 2)])
+def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget, w, c, seed) -> None:
+    """With the fused scoring tail (forced on: its kernels run under the interpreter on CPU), pushing the
+    children inside its second launch gives the tree of pushing them after it, eagerly and (one case)
+    torch.compile'd."""
+    args, kw = _args(2, 5, 4, 6, seed, 2)
+    pushed = []
+    monkeypatch.setattr(weaver_module, "fused_pool_top_ready", lambda x: True)
+    fused_push = weaver_module.fused_pool_top_push
+    monkeypatch.setattr(weaver_module, "fused_pool_top_push", lambda *a: pushed.append(1) or fused_push(*a))
+    monkeypatch.setattr(device_builder, "FRONTIER_KERNELS", True)
+    monkeypatch.setattr(device_builder, "FUSED_PUSH", True)
+    inside = build_weaver_device(*args, budget, w=w, c=c, **kw)
+    assert pushed  # the fused push ran
+    in_graph = inside
+    if budget == 32:  # one case through torch.compile (the mutating custom op, as the engine's build stage)
+        compiled = torch.compile(lambda root, logits: build_weaver_device(root, logits, budget, w=w, c=c, **kw))
+        try:
+            in_graph = compiled(*args)
+        finally:
+            torch._dynamo.reset()
+    monkeypatch.setattr(device_builder, "FUSED_PUSH", False)  # the tail's top-c, then frontier_push's launch
+    after = build_weaver_device(*args, budget, w=w, c=c, **kw)
+    assert_same_tree(after, inside, f"budget {budget} w {w} c {c}")
+    assert_same_tree(after, in_graph, f"budget {budget} w {w} c {c} (compiled)")

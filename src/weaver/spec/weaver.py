@@ -64,8 +64,9 @@ from weaver.models.checkpoint import (
 from weaver.models.config import ModelConfig
 from weaver.ops.adapter_finish import fused_finish, fused_finish_ready
 from weaver.ops.node_attention import attend_nodes
-from weaver.ops.pool_top import fused_pool_top, fused_pool_top_ready
+from weaver.ops.pool_top import fused_pool_top, fused_pool_top_push, fused_pool_top_ready
 from weaver.ops.topk import topk_last
+from weaver.ops.weaver_frontier import frontier_push
 from weaver.ops.weaver_frontier import node_inputs as frontier_node_inputs
 
 __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
@@ -448,12 +449,16 @@ class WeaverAdapter(nn.Module):
         return self._top(state, x, rows, pool, c)
 
     @torch.no_grad()
-    def step_top_prepared(self, state: WeaverRound, step: torch.Tensor, c: int) -> tuple[torch.Tensor, ...]:
+    def step_top_prepared(
+        self, state: WeaverRound, step: torch.Tensor, c: int, push: tuple[torch.Tensor, ...] | None = None,
+    ) -> tuple[torch.Tensor, ...] | None:
         """`step_top` for the device builder's Triton bookkeeping (`weaver.ops.weaver_frontier`): step [6, B, w]
         = slot, token, parent, depth, candidate row, pool row (padded); needs the candidate table. One launch
         writes the nodes' visibility rows and first-block K/V and gathers their input rows and q; then the
         block(s) and the scoring tail as in `step_top`, which here returns the children's pool indices (the
-        push turns them into candidate rows)."""
+        push turns them into candidate rows). With push = (f_score, f_item, f_logp, node ids, grow, score) the
+        children go into the builder's frontier instead (`frontier_push`; on CUDA inside the tail's second
+        launch) and nothing is returned."""
         if state.cand_x is None:
             raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
         slot, pool = step[0], step[5]
@@ -464,7 +469,16 @@ class WeaverAdapter(nn.Module):
         first = self.blocks[0]
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
-        return self._top(state, x, rows, pool, c, pool_index=True)
+        if push is not None and self.fused_kernels and fused_pool_top_ready(x):
+            norm = self.out_norm
+            fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
+                                state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3])  # fmt: skip
+            return None
+        top = self._top(state, x, rows, pool, c, pool_index=True)
+        if push is None:
+            return top
+        frontier_push(*push, step, *top, state.pool_ids.shape[2])
+        return None
 
     def _top(
         self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int,

@@ -52,6 +52,9 @@ _NEG_INF = float("-inf")
 # when the round has a candidate table; True / False force it (tests run it under the Triton interpreter);
 # WEAVER_FRONTIER_KERNELS=0 / 1 sets it
 FRONTIER_KERNELS: bool | None = {"0": False, "1": True}.get(os.environ.get("WEAVER_FRONTIER_KERNELS", ""))
+# the Triton loop pushes each step's children inside the scoring tail's second launch (one launch less a step);
+# WEAVER_FUSED_PUSH=0 pushes them with a launch of their own after it
+FUSED_PUSH = os.environ.get("WEAVER_FUSED_PUSH", "1") != "0"
 
 
 def _frontier_kernels(state: WeaverRound) -> bool:
@@ -209,8 +212,11 @@ def build_weaver_device(
         for _ in range(rounds):
             step, node, grow, score = frontier_pop(f.score, f.item, f.logp, count, nodes, logps, valid, n, depth,
                                                    width)  # fmt: skip
-            top_lp, top_tok, top_ix = plan.adapter.step_top_prepared(state, step, c)
-            frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_ix, plan.k)
+            if FUSED_PUSH:
+                plan.adapter.step_top_prepared(state, step, c, push=(f.score, f.item, f.logp, node, grow, score))
+            else:
+                top_lp, top_tok, top_ix = plan.adapter.step_top_prepared(state, step, c)
+                frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_ix, plan.k)
         rounds = 0
     for _ in range(rounds):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...

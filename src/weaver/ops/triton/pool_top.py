@@ -12,7 +12,9 @@ Per node row r (batch row b = r // W, pool row p = pool[r]) this is, with the ro
 On the H200 the torch path is ~10 small kernels per adapter step (norm pieces, two gathers, a batched
 GEMV, the prior add, log-softmax, top-k, the token gather), 17 steps a round. Launch 1 spreads the K
 gathered rows over (row, K-block) programs; launch 2 holds a row's K logits in one program for the
-log-sum-exp and the c selection rounds (`topk.select_top`: ties to the lowest pool index).
+log-sum-exp and the c selection rounds (`topk.select_top`: ties to the lowest pool index). With `push`, launch 2
+also does the device builder's `weaver_frontier.frontier_push` for its row (each row's children own their
+frontier columns), so the builder's step needs no launch of its own for it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from weaver.ops.triton._utils import check_device, pdl_launch, pdl_wait
 from weaver.ops.triton.decode import _round
 from weaver.ops.triton.topk import select_top
 
-__all__ = ["pool_top"]
+__all__ = ["pool_top", "pool_top_push"]
 
 
 @triton.jit
@@ -62,9 +64,10 @@ def _pool_logits_kernel(
 @triton.jit
 def _pool_top_kernel(
     logits, ids, pool, out_lp, out_tok, out_ix,
+    f_score, f_item, f_logp, node, grow, score, depth,
     W, K, c,
-    stride_ib, stride_id,
-    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False,
+    stride_ib, stride_id, stride_fs, stride_fi, stride_fl,
+    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, PUSH: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
@@ -80,10 +83,26 @@ def _pool_top_kernel(
     b_val, b_idx = select_top(b_x, m_k, c, BLOCK_K, BLOCK_C, False)
     o_c = tl.arange(0, BLOCK_C)
     m_c = o_c < c
-    b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0)
-    tl.store(out_lp + i_r * c + o_c, b_val - lse, mask=m_c)
-    tl.store(out_tok + i_r * c + o_c, b_tok.to(tl.int64), mask=m_c)
-    tl.store(out_ix + i_r * c + o_c, b_idx.to(tl.int64), mask=m_c)
+    b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0).to(tl.int64)
+    b_lp = b_val - lse
+    b_idx = b_idx.to(tl.int64)
+    if PUSH:  # frontier_push for this row's node: children into columns node * c + j (weaver_frontier._push_kernel)
+        b_node = tl.load(node + i_r)
+        s = tl.load(score + i_r) + b_lp.to(tl.float64)
+        keep = m_c & (tl.load(grow + i_r + 0 * o_c) != 0) & (s > float("-inf"))  # (a [BLOCK_C] load: the
+        # interpreter rejects a mask built from a scalar bool)
+        col = b_node * c + o_c
+        tl.store(f_score + i_b * stride_fs + col, s, mask=keep)
+        tl.store(f_logp + i_b * stride_fl + col, b_lp, mask=keep)
+        p_item = f_item + i_b * stride_fi + col * 4
+        tl.store(p_item, b_node + 0 * col, mask=keep)
+        tl.store(p_item + 1, b_tok, mask=keep)
+        tl.store(p_item + 2, tl.load(depth + i_r) + 1 + 0 * col, mask=keep)
+        tl.store(p_item + 3, 1 + p * K + b_idx, mask=keep)  # the child's candidate-table row
+    else:
+        tl.store(out_lp + i_r * c + o_c, b_lp, mask=m_c)
+        tl.store(out_tok + i_r * c + o_c, b_tok, mask=m_c)
+        tl.store(out_ix + i_r * c + o_c, b_idx, mask=m_c)
 
 
 def pool_top(
@@ -96,9 +115,15 @@ def pool_top(
     pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
     pool: torch.Tensor,  # [R] long: each row's pool (depth row of pool_ids)
     c: int,  # children kept per row
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    push: tuple[torch.Tensor, ...] | None = None,  # (f_score, f_item, f_logp, node ids, grow, score, depth)
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Log-probs [R, c] fp32 (sorted descending), token ids [R, c] and pool indices [R, c] (int64) of each
-    row's best c children."""
+    row's best c children.
+
+    With `push` (the device builder's frontier [B, F + 1] / [B, F + 1, 4] / [B, F + 1] and the popped nodes'
+    ids, grow flags, scores and depths [B, w]), the second launch pushes the children as
+    `weaver_frontier.frontier_push` would, with candidate-table rows 1 + pool * K + index, and returns None:
+    one launch less per adapter step."""
     check_device(y, norm_weight, norm_bias, table, pool_ids, pool_prior, pool)
     r, d = y.shape
     b, _, k = pool_ids.shape
@@ -112,11 +137,15 @@ def pool_top(
     if table.stride(1) != 1:
         raise ValueError("pool_top needs the table with unit stride along d")
     logits = torch.empty(r, k, dtype=torch.float32, device=y.device)
-    top_lp = torch.empty(r, c, dtype=torch.float32, device=y.device)
-    top_tok = torch.empty(r, c, dtype=torch.int64, device=y.device)
-    top_ix = torch.empty(r, c, dtype=torch.int64, device=y.device)
+    if push is None:
+        outs = tuple(torch.empty(r, c, dtype=dt, device=y.device) for dt in (torch.float32, torch.int64, torch.int64))
+        frontier = (logits,) * 7  # unused pointers
+        f_strides = (0, 0, 0)
+    else:
+        outs, frontier = None, _push_args(push, b, r // b)
+        f_strides = (frontier[0].stride(0), frontier[1].stride(0), frontier[2].stride(0))
     if r == 0:
-        return top_lp, top_tok, top_ix
+        return outs
     block_d = triton.next_power_of_2(d)
     block_k = max(1, min(32, 8192 // block_d, triton.next_power_of_2(k)))  # <= 8K gathered values a program
     _pool_logits_kernel[(r, triton.cdiv(k, block_k))](
@@ -126,10 +155,41 @@ def pool_top(
         HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4, **pdl_launch(y.device),
     )
     _pool_top_kernel[(r,)](
-        logits, ids, pool, top_lp, top_tok, top_ix,
+        logits, ids, pool, *(outs or (logits,) * 3), *frontier,
         r // b, k, c,
-        ids.stride(0), ids.stride(1),
-        BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), num_warps=4,
-        **pdl_launch(logits.device),
+        ids.stride(0), ids.stride(1), *f_strides,
+        BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), PUSH=push is not None,
+        num_warps=4, **pdl_launch(logits.device),
     )
-    return top_lp, top_tok, top_ix
+    return outs
+
+
+def pool_top_push(
+    y: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor | None, eps: float, table: torch.Tensor,
+    pool_ids: torch.Tensor, pool_prior: torch.Tensor, pool: torch.Tensor, c: int, f_score: torch.Tensor,
+    f_item: torch.Tensor, f_logp: torch.Tensor, node_ids: torch.Tensor, grow: torch.Tensor, score: torch.Tensor,
+    depth: torch.Tensor,
+) -> None:
+    """`pool_top(..., push=(f_score, f_item, f_logp, node_ids, grow, score, depth))` with flat arguments."""
+    pool_top(y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c,
+             push=(f_score, f_item, f_logp, node_ids, grow, score, depth))  # fmt: skip
+
+
+def _push_args(push: tuple[torch.Tensor, ...], b: int, w: int) -> tuple[torch.Tensor, ...]:
+    """Check pool_top's `push` tuple; the frontier as given (written in place), the per-node rows flat [B w]."""
+    f_score, f_item, f_logp, node, grow, score, depth = push
+    check_device(*push)
+    f1 = f_score.shape[1] if f_score.dim() == 2 else -1
+    ok = (f_score.shape == (b, f1) and f_item.shape == (b, f1, 4) and f_logp.shape == (b, f1)
+          and f_score.dtype == torch.float64 and f_logp.dtype == torch.float32 and f_item.dtype == torch.int64
+          and f_score.stride(1) == 1 and f_logp.stride(1) == 1 and f_item.stride(1) == 4 and f_item.stride(2) == 1)
+    if not ok:
+        raise ValueError("pool_top push: frontier score [B, F] float64, item [B, F, 4] int64 (packed rows), "
+                         f"logp [B, F] float32 with unit stride; got {tuple(f_score.shape)}, {tuple(f_item.shape)}, "
+                         f"{tuple(f_logp.shape)}")  # fmt: skip
+    rows = []
+    for name, t in (("node ids", node), ("grow", grow), ("score", score), ("depth", depth)):
+        if t.shape != (b, w):
+            raise ValueError(f"pool_top push: {name} must be [{b}, {w}], got {tuple(t.shape)}")
+        rows.append(t.contiguous().view(torch.uint8) if t.dtype == torch.bool else t.contiguous())
+    return (f_score, f_item, f_logp, *rows)
