@@ -186,7 +186,15 @@ def check_weaver_frontier() -> list[str]:
     inp_args.update({n: i64 for n in ("W", "B", "P", "S_TOT", "D", "HD", "stride_vb", "stride_vs", "stride_cxb",
                                       "stride_cxr", "stride_cqb", "stride_cqr", "stride_kb", "stride_kh",
                                       "stride_ks", "stride_vvb", "stride_vvh", "stride_vvs")})  # fmt: skip
+    inp_ptrs = {n: inp_args[n] for n in ("visible", "prefix", "cand_x", "cand_qkv", "k_buf", "x_out", "q_out",
+                                         "mask_out")}  # fmt: skip
+    pop_inp = dict(pop_args, **inp_ptrs, v_buf="*bf16", P=i64, S_TOT=i64, D=i64, HD=i64,
+                   stride_visb=i64, stride_viss=i64, **{n: i64 for n in ("stride_cxb", "stride_cxr", "stride_cqb",
+                   "stride_cqr", "stride_kb", "stride_kh", "stride_ks", "stride_vvb", "stride_vvh", "stride_vvs")})
+    kern = compile_kernel(wf._pop_kernel, pop_inp, dict(BLOCK_F=512, BLOCK_W=4, INPUTS=True, BLOCK_S=128,
+                                                         BLOCK_D=512), 4)  # fmt: skip
     return [
+        report("frontier pop+inputs F=512 w=4 d=512", kern),
         report("frontier pop F=512 w=4", compile_kernel(wf._pop_kernel, pop_args, dict(BLOCK_F=512, BLOCK_W=4), 4)),
         report("frontier push w=4 c=8", compile_kernel(wf._push_kernel, push_args, dict(BLOCK_W=4, BLOCK_C=8), 4)),
         report("node inputs d=512 P+S=85", compile_kernel(wf._node_inputs_kernel, inp_args,

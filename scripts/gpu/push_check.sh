@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # H200, issue 4: the weaver 64 round is 3.01-3.04x the AR step (h200_v20..v23, target 3x, ~0.03 ms short).
 #   The device builder now pushes each adapter step's children inside the scoring tail's second launch
-#   (pool_top(..., push=...)): 15 launches less a round. One call:
+#   (pool_top(..., push=...)) and runs the node inputs inside the pop's launch (frontier_pop(..., inputs=)):
+#   ~30 launches less a round. One call:
 #   1. compiled tests: the scoring tail (+ push) and the builder's Triton bookkeeping at full size, the fast
 #      decode (PDL bit-equality);
 #   2. rounds_check.py --quick (chain / ddtree / weaver one-graph rounds equal the ar tokens);
-#   3. round_profile.py ar + chain 16 + weaver 64 with the push after the tail (WEAVER_FUSED_PUSH=0, before)
-#      and inside it (after); PDL on in both.
+#   3. round_profile.py ar + chain 16 + weaver 64 with both launches of their own (WEAVER_FUSED_PUSH=0
+#      WEAVER_FUSED_POP=0, before) and fused (after); PDL on in both.
 #   device run:  bash scripts/gpu/push_check.sh      (results in $OUT)
 OUT=${OUT:-/tmp/push_out}
 source "$(dirname "$0")/common.sh"
@@ -17,8 +18,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 timeout "${PC_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 for p in ${PC_PROFILES:-before after}; do
   fused=$([ $p = after ] && echo 1 || echo 0)
-  echo "### WEAVER_FUSED_PUSH=$fused" | tee "$OUT/profile_$p.txt"
-  WEAVER_FUSED_PUSH=$fused timeout "${PC_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
+  echo "### WEAVER_FUSED_PUSH=$fused WEAVER_FUSED_POP=$fused" | tee "$OUT/profile_$p.txt"
+  WEAVER_FUSED_PUSH=$fused WEAVER_FUSED_POP=$fused timeout "${PC_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
     --specs ${PC_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$p.txt" \
     | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)"
 done

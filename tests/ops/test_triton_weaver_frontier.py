@@ -18,6 +18,7 @@ from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 import weaver.spec.weaver as weaver_module
 import weaver.spec.weaver_builder_device as device_builder
+from weaver.ops.weaver_frontier import frontier_pop, node_inputs
 from weaver.spec.weaver_builder import build_weaver
 from weaver.spec.weaver_builder_device import build_weaver_device
 
@@ -133,3 +134,28 @@ def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget,
     after = build_weaver_device(*args, budget, w=w, c=c, **kw)
     assert_same_tree(after, inside, f"budget {budget} w {w} c {c}")
     assert_same_tree(after, in_graph, f"budget {budget} w {w} c {c} (compiled)")
+    monkeypatch.setattr(device_builder, "FUSED_POP", False)  # and the node inputs in a launch of their own
+    assert_same_tree(after, build_weaver_device(*args, budget, w=w, c=c, **kw), f"budget {budget} (unfused pop)")
+
+
+def test_pop_with_node_inputs_equals_pop_then_node_inputs(monkeypatch) -> None:
+    """Every pop of a build, with the node inputs in its launch, against the two launches on copies of every
+    buffer: the same results, and every buffer (frontier, nodes, visibility, K/V) written alike."""
+    args, kw = _args(2, 5, 4, 6, 3, 2)
+    fused, checked = device_builder.frontier_pop_inputs, []
+
+    def both(*a):
+        copies = [t.clone() if isinstance(t, torch.Tensor) else t for t in a]
+        got = fused(*a)
+        popped = frontier_pop(*copies[:10])
+        want = (*popped, *node_inputs(popped[0], *copies[10:]))
+        assert len(got) == len(want) == 7 and all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
+        assert all(torch.equal(t, c) for t, c in zip(a, copies, strict=True) if isinstance(t, torch.Tensor))
+        checked.append(1)
+        return got
+
+    monkeypatch.setattr(device_builder, "frontier_pop_inputs", both)
+    monkeypatch.setattr(device_builder, "FRONTIER_KERNELS", True)
+    monkeypatch.setattr(device_builder, "FUSED_POP", True)
+    tree = build_weaver_device(*args, 32, w=3, c=4, **kw)
+    assert len(checked) > 1 and tree.size > 1

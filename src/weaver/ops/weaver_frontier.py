@@ -15,7 +15,7 @@ import torch
 
 from weaver.ops.dispatch import launch, triton_ready
 
-__all__ = ["frontier_kernels_ready", "frontier_pop", "frontier_push", "node_inputs"]
+__all__ = ["frontier_kernels_ready", "frontier_pop", "frontier_pop_inputs", "frontier_push", "node_inputs"]
 
 _MODULE = "weaver.ops.triton.weaver_frontier"
 
@@ -37,6 +37,32 @@ def _frontier_pop_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, d
     empty = f_score.new_empty
     return (empty(6, b, w, dtype=torch.int64), empty(b, w, dtype=torch.int64), empty(b, w, dtype=torch.bool),
             empty(b, w, dtype=torch.float64))  # fmt: skip
+
+
+_POP_INPUTS_MUTATES = ("f_score", "count", "nodes", "logps", "valid", "visible", "k_buf", "v_buf")
+
+
+@torch.library.custom_op("weaver::frontier_pop_inputs", mutates_args=_POP_INPUTS_MUTATES)
+def frontier_pop_inputs_op(
+    f_score: torch.Tensor, f_item: torch.Tensor, f_logp: torch.Tensor, count: torch.Tensor, nodes: torch.Tensor,
+    logps: torch.Tensor, valid: torch.Tensor, n: int, depth: int, w: int, visible: torch.Tensor,
+    prefix_mask: torch.Tensor, cand_x: torch.Tensor, cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+    layer: int, prefix_len: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`frontier_pop(..., inputs=(visible, ..., prefix_len))` as a custom op: the pop and the node inputs."""
+    from weaver.ops.triton.weaver_frontier import frontier_pop as pop
+
+    inputs = (visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
+    return pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, inputs)
+
+
+@frontier_pop_inputs_op.register_fake
+def _frontier_pop_inputs_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible,
+                              prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len):  # fmt: skip
+    b = f_score.shape[0]
+    d = cand_x.shape[2]
+    popped = _frontier_pop_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
+    return (*popped, cand_x.new_empty(b, w, d), cand_qkv.new_empty(b, w, d), visible.new_empty(b, w, visible.shape[2]))
 
 
 @torch.library.custom_op("weaver::frontier_push", mutates_args=("f_score", "f_item", "f_logp"))
@@ -83,6 +109,16 @@ def frontier_kernels_ready(t: torch.Tensor) -> bool:
 def frontier_pop(*args):
     """See `weaver.ops.triton.weaver_frontier.frontier_pop` (same arguments)."""
     return launch(frontier_pop_op, _MODULE, "frontier_pop", *args)
+
+
+def frontier_pop_inputs(*args):
+    """`frontier_pop` and `node_inputs` in one launch: frontier_pop's arguments, then node_inputs' without the
+    step (see `weaver.ops.triton.weaver_frontier.frontier_pop`); the pop's four results, then (x, q, mask)."""
+    if torch.compiler.is_compiling():
+        return frontier_pop_inputs_op(*args)
+    from weaver.ops.triton.weaver_frontier import frontier_pop as pop
+
+    return pop(*args[:10], args[10:])
 
 
 def frontier_push(*args) -> None:

@@ -451,6 +451,7 @@ class WeaverAdapter(nn.Module):
     @torch.no_grad()
     def step_top_prepared(
         self, state: WeaverRound, step: torch.Tensor, c: int, push: tuple[torch.Tensor, ...] | None = None,
+        inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, ...] | None:
         """`step_top` for the device builder's Triton bookkeeping (`weaver.ops.weaver_frontier`): step [6, B, w]
         = slot, token, parent, depth, candidate row, pool row (padded); needs the candidate table. One launch
@@ -458,13 +459,14 @@ class WeaverAdapter(nn.Module):
         block(s) and the scoring tail as in `step_top`, which here returns the children's pool indices (the
         push turns them into candidate rows). With push = (f_score, f_item, f_logp, node ids, grow, score) the
         children go into the builder's frontier instead (`frontier_push`; on CUDA inside the tail's second
-        launch) and nothing is returned."""
+        launch) and nothing is returned. `inputs` = (x, q, mask) when the pop already ran the node inputs
+        (`frontier_pop_inputs`)."""
         if state.cand_x is None:
             raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
         slot, pool = step[0], step[5]
         b, w = slot.shape
-        x, q, mask = frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x, state.cand_qkv,
-                                          state.k, state.v, 0, state.prefix_len)  # fmt: skip
+        x, q, mask = inputs or frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x,
+                                                    state.cand_qkv, state.k, state.v, 0, state.prefix_len)  # fmt: skip
         rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
         first = self.blocks[0]
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]

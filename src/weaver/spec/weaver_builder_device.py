@@ -39,7 +39,7 @@ import os
 import torch
 
 from weaver.ops.topk import topk_last
-from weaver.ops.weaver_frontier import frontier_kernels_ready, frontier_pop, frontier_push
+from weaver.ops.weaver_frontier import frontier_kernels_ready, frontier_pop, frontier_pop_inputs, frontier_push
 from weaver.spec.builders import register_builder
 from weaver.spec.tree import DraftTree
 from weaver.spec.weaver import WeaverAdapter, WeaverRound
@@ -55,6 +55,9 @@ FRONTIER_KERNELS: bool | None = {"0": False, "1": True}.get(os.environ.get("WEAV
 # the Triton loop pushes each step's children inside the scoring tail's second launch (one launch less a step);
 # WEAVER_FUSED_PUSH=0 pushes them with a launch of their own after it
 FUSED_PUSH = os.environ.get("WEAVER_FUSED_PUSH", "1") != "0"
+# ... and runs each step's node inputs inside the pop's launch (one launch less a step); WEAVER_FUSED_POP=0
+# gives them a launch of their own
+FUSED_POP = os.environ.get("WEAVER_FUSED_POP", "1") != "0"
 
 
 def _frontier_kernels(state: WeaverRound) -> bool:
@@ -210,12 +213,20 @@ def build_weaver_device(
     if _frontier_kernels(state):  # the loop below as three Triton launches around the adapter's step
         f = frontier
         for _ in range(rounds):
-            step, node, grow, score = frontier_pop(f.score, f.item, f.logp, count, nodes, logps, valid, n, depth,
-                                                   width)  # fmt: skip
-            if FUSED_PUSH:
-                plan.adapter.step_top_prepared(state, step, c, push=(f.score, f.item, f.logp, node, grow, score))
+            pop = (f.score, f.item, f.logp, count, nodes, logps, valid, n, depth, width)
+            inputs = None
+            if FUSED_POP:
+                *popped, x, q, mask = frontier_pop_inputs(*pop, state.visible, state.prefix_mask, state.cand_x,
+                                                          state.cand_qkv, state.k, state.v, 0, state.prefix_len)
+                inputs = (x, q, mask)
             else:
-                top_lp, top_tok, top_ix = plan.adapter.step_top_prepared(state, step, c)
+                popped = frontier_pop(*pop)
+            step, node, grow, score = popped
+            if FUSED_PUSH:
+                plan.adapter.step_top_prepared(state, step, c, push=(f.score, f.item, f.logp, node, grow, score),
+                                               inputs=inputs)  # fmt: skip
+            else:
+                top_lp, top_tok, top_ix = plan.adapter.step_top_prepared(state, step, c, inputs=inputs)
                 frontier_push(f.score, f.item, f.logp, node, grow, score, step, top_lp, top_tok, top_ix, plan.k)
         rounds = 0
     for _ in range(rounds):

@@ -20,6 +20,10 @@ does with tensor ops, with the same results (the builder's tests run both on the
   into its candidate-table row, so no small kernels remain between the launches.
 - push (one program per batch row): each grown node's c children into frontier columns node * c + j,
   score = the node's score + log p (float64), children with a -inf score dropped.
+
+Fused forms (the builder's default; one launch less each per step): `frontier_pop(..., inputs=)` runs the
+node inputs of the popped lanes inside the pop's program, and `weaver.ops.triton.pool_top.pool_top(...,
+push=)` does the push inside the scoring tail.
 """
 
 from __future__ import annotations
@@ -39,7 +43,12 @@ def _pop_kernel(
     f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
     F, N, DEPTH, W, B,
     stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr, PDL: tl.constexpr = False,
+    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
+    P, S_TOT, D, HD,
+    stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+    stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
+    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr, INPUTS: tl.constexpr = False, BLOCK_S: tl.constexpr = 16,
+    BLOCK_D: tl.constexpr = 16, PDL: tl.constexpr = False,
 ):  # fmt: skip
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
@@ -83,6 +92,19 @@ def _pop_kernel(
     tl.store(node_out + b * W + o_w, node, mask=m_w)
     tl.store(grow_out + b * W + o_w, grow.to(tl.uint8), mask=m_w)
     tl.store(score_out + b * W + o_w, val, mask=m_w)
+    if INPUTS:  # node_inputs for the popped lanes, one after another in this program (one launch less a step)
+        slots = tl.where(grow, node, scratch)
+        parents = tl.where(grow, parent, -1)
+        cands = tl.where(grow, cand, 0)
+        for j in tl.static_range(BLOCK_W):
+            lane = o_w == j
+            _node_inputs_one(
+                b * W + j, b, tl.sum(tl.where(lane, slots, 0), axis=0), tl.sum(tl.where(lane, parents, 0), axis=0),
+                tl.sum(tl.where(lane, cands, 0), axis=0), (j < W).to(tl.int32),
+                visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
+                stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+                stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
+            )  # fmt: skip
 
 
 def frontier_pop(
@@ -96,9 +118,13 @@ def frontier_pop(
     n: int,  # N: nodes per row, root included
     depth: int,  # D': nodes at this depth are not grown
     w: int,  # entries popped a step
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    inputs: tuple | None = None,  # node_inputs' (visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, P)
+) -> tuple[torch.Tensor, ...]:
     """One pop round: step inputs [6, B, w] (slot, token, parent, depth, candidate row, children's pool row
-    min(depth, D' - 1); padded), node ids [B, w], grow [B, w] bool and the popped scores [B, w] float64."""
+    min(depth, D' - 1); padded), node ids [B, w], grow [B, w] bool and the popped scores [B, w] float64.
+
+    With `inputs`, the same launch also does `node_inputs(step, *inputs)` for the popped lanes, and its
+    (x, q, mask) follow the four results: one launch less per adapter step."""
     check_device(f_score, f_item, f_logp, count, nodes, logps, valid)
     b, f1 = f_score.shape
     for t, shape in ((f_item, (b, f1, 4)), (f_logp, (b, f1)), (count, (b,)), (nodes, (b, n + w, 4)),
@@ -111,15 +137,22 @@ def frontier_pop(
     node = torch.empty(b, w, dtype=torch.int64, device=f_score.device)
     grow = torch.empty(b, w, dtype=torch.bool, device=f_score.device)
     score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
+    if inputs is None:
+        outs, (ptrs, ints, strides), blocks = (), ((step,) * 9, (0,) * 4, (0,) * 12), {}
+    else:
+        check_device(*inputs[:6])
+        outs, (ptrs, ints, strides), blocks = _inputs_args(b, w, *inputs)
     if b:
         _pop_kernel[(b,)](
             f_score, f_item, f_logp, count, nodes, logps, valid.view(torch.uint8), step, node,
             grow.view(torch.uint8), score,
             f1 - 1, n, depth, w, b,
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
-            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), num_warps=4, **pdl_launch(f_score.device),
+            *ptrs, *ints, *strides,
+            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), INPUTS=inputs is not None, **blocks,
+            num_warps=4, **pdl_launch(f_score.device),
         )  # fmt: skip
-    return step, node, grow, score
+    return (step, node, grow, score, *outs)
 
 
 @triton.jit
@@ -184,6 +217,40 @@ def frontier_push(
 
 
 @triton.jit
+def _node_inputs_one(
+    i, b, slot, parent, cand, ok,
+    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
+    P, S_TOT, D, HD,
+    stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+    stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+):  # fmt: skip
+    """Node i of the step (batch row b, slot, parent or -1, candidate row; nothing done unless ok != 0): its
+    visibility row, input row, first-block q and K/V column."""
+    # visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus itself
+    o_s = tl.arange(0, BLOCK_S)
+    m_s = (o_s < S_TOT) & (o_s * 0 + ok != 0)  # (ok as a block: the interpreter rejects scalar-bool masks)
+    row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0) * stride_vs + o_s, mask=m_s, other=0)
+    pre = tl.load(prefix + o_s, mask=m_s, other=0)
+    row = tl.where(parent >= 0, row, pre)
+    row = tl.where(o_s == P + slot, 1, row)
+    tl.store(visible + b * stride_vb + slot * stride_vs + o_s, row, mask=m_s)
+    tl.store(mask_out + i * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
+    # the input row and the first block's q / k / v from the candidate table
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = (o_d < D) & (o_d * 0 + ok != 0)
+    x = tl.load(cand_x + b * stride_cxb + cand * stride_cxr + o_d, mask=m_d)
+    tl.store(x_out + i * D + o_d, x, mask=m_d)
+    p_qkv = cand_qkv + b * stride_cqb + cand * stride_cqr + o_d
+    tl.store(q_out + i * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
+    head, j = o_d // HD, o_d % HD
+    col = P + slot
+    tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, tl.load(p_qkv + D, mask=m_d), mask=m_d)
+    tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, tl.load(p_qkv + 2 * D, mask=m_d),
+             mask=m_d)  # fmt: skip
+
+
+@triton.jit
 def _node_inputs_kernel(
     step, visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
     W, B, P, S_TOT, D, HD,
@@ -194,31 +261,12 @@ def _node_inputs_kernel(
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
     i = tl.program_id(0)  # node i of the step: batch row i // W
-    b = (i // W).to(tl.int64)
-    slot = tl.load(step + i)
-    parent = tl.load(step + 2 * B * W + i)
-    cand = tl.load(step + 4 * B * W + i)
-    # visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus itself
-    o_s = tl.arange(0, BLOCK_S)
-    m_s = o_s < S_TOT
-    row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0) * stride_vs + o_s, mask=m_s, other=0)
-    pre = tl.load(prefix + o_s, mask=m_s, other=0)
-    row = tl.where(parent >= 0, row, pre)
-    row = tl.where(o_s == P + slot, 1, row)
-    tl.store(visible + b * stride_vb + slot * stride_vs + o_s, row, mask=m_s)
-    tl.store(mask_out + i * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
-    # the input row and the first block's q / k / v from the candidate table
-    o_d = tl.arange(0, BLOCK_D)
-    m_d = o_d < D
-    x = tl.load(cand_x + b * stride_cxb + cand * stride_cxr + o_d, mask=m_d)
-    tl.store(x_out + i * D + o_d, x, mask=m_d)
-    p_qkv = cand_qkv + b * stride_cqb + cand * stride_cqr + o_d
-    tl.store(q_out + i * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
-    head, j = o_d // HD, o_d % HD
-    col = P + slot
-    tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, tl.load(p_qkv + D, mask=m_d), mask=m_d)
-    tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, tl.load(p_qkv + 2 * D, mask=m_d),
-             mask=m_d)  # fmt: skip
+    _node_inputs_one(
+        i, (i // W).to(tl.int64), tl.load(step + i), tl.load(step + 2 * B * W + i), tl.load(step + 4 * B * W + i), 1,
+        visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
+        stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+        stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
+    )  # fmt: skip
 
 
 def node_inputs(
@@ -237,8 +285,20 @@ def node_inputs(
     [L, ...] buffers are arguments so that the custom op (`weaver.ops.weaver_frontier`) mutates its inputs,
     not views of them."""
     check_device(step, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf)
-    k_buf, v_buf = k_buf[layer], v_buf[layer]
     _, b, w = step.shape
+    outs, args, blocks = _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
+    if b * w:
+        ptrs, ints, strides = args
+        _node_inputs_kernel[(b * w,)](
+            step.contiguous(), *ptrs, w, b, *ints, *strides, **blocks, num_warps=4, **pdl_launch(step.device),
+        )
+    return outs
+
+
+def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len) -> tuple:
+    """Checked node-inputs arguments: the outputs (x, q, mask), the kernel's (pointers, sizes, strides) and
+    its block sizes."""
+    k_buf, v_buf = k_buf[layer], v_buf[layer]
     d = cand_x.shape[2]
     h, s_tot, hd = k_buf.shape[1], k_buf.shape[2], k_buf.shape[3]
     if cand_qkv.shape[2] != 3 * d or h * hd != d or v_buf.shape != k_buf.shape or visible.shape[2] != s_tot:
@@ -247,17 +307,13 @@ def node_inputs(
         )
     if any(t.stride(-1) != 1 for t in (visible, cand_x, cand_qkv, k_buf, v_buf)):
         raise ValueError("node_inputs: unit stride along the last dim")
-    step = step.contiguous()
     x = torch.empty(b, w, d, dtype=cand_x.dtype, device=cand_x.device)
     q = torch.empty(b, w, d, dtype=cand_qkv.dtype, device=cand_x.device)
     mask = torch.empty(b, w, s_tot, dtype=torch.bool, device=cand_x.device)
-    if b * w:
-        _node_inputs_kernel[(b * w,)](
-            step, visible.view(torch.uint8), prefix_mask.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
-            mask.view(torch.uint8), w, b, prefix_len, s_tot, d, hd,
-            visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
-            cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0), v_buf.stride(1),
-            v_buf.stride(2),
-            BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16), num_warps=4, **pdl_launch(step.device),
-        )  # fmt: skip
-    return x, q, mask
+    ptrs = (visible.view(torch.uint8), prefix_mask.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
+            mask.view(torch.uint8))  # fmt: skip
+    strides = (visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
+               cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0),
+               v_buf.stride(1), v_buf.stride(2))  # fmt: skip
+    blocks = dict(BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16))
+    return (x, q, mask), (ptrs, (prefix_len, s_tot, d, hd), strides), blocks
