@@ -4,3 +4,11 @@ set -uo pipefail
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|weaver_builder_device.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
+# profile NAME [VAR=value ...]: round_profile.py (--specs $PROFILE_SPECS, default ar chain:16 weaver:64) in an
+# environment with the given settings, its log in $OUT/profile_NAME.txt; the stage rows echoed.
+profile() {
+  local name=$1; shift
+  echo "### ${*:-defaults}" | tee "$OUT/profile_$name.txt"
+  env "$@" timeout "${PROFILE_S:-100}" python3 scripts/gpu/round_profile.py --specs ${PROFILE_SPECS:-ar chain:16 weaver:64} \
+    2>&1 | filter | tee -a "$OUT/profile_$name.txt" | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)|^timeline"
+}

@@ -6,10 +6,5 @@
 #   device run:  bash scripts/gpu/pdl_ab.sh      (results in $OUT)
 OUT=${OUT:-/tmp/pdl_ab_out}
 source "$(dirname "$0")/common.sh"
-for v in ${AB_VARIANTS:-all noattn}; do
-  off=$([ $v = noattn ] && echo "tree_attention,tree_rope_kv" || echo "")
-  echo "### WEAVER_PDL_OFF=$off" | tee "$OUT/profile_$v.txt"
-  WEAVER_PDL_OFF=$off timeout "${AB_PROFILE_S:-110}" python3 scripts/gpu/round_profile.py \
-    --specs ${AB_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$v.txt" \
-    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)"
-done
+profile all WEAVER_PDL_OFF=
+profile noattn WEAVER_PDL_OFF=tree_attention,tree_rope_kv

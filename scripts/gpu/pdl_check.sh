@@ -21,10 +21,5 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
   tests/ops/test_triton_topk.py tests/ops/test_triton_structure.py tests/models/test_fast_verify.py \
   tests/models/test_fast_decode.py tests/spec/test_fast_drafter.py 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PD_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
-for p in ${PD_PROFILES:-before after}; do
-  pdl=$([ $p = after ] && echo 1 || echo 0)
-  echo "### WEAVER_PDL=$pdl" | tee "$OUT/profile_$p.txt"
-  WEAVER_PDL=$pdl timeout "${PD_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
-    --specs ${PD_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$p.txt" \
-    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)|^timeline"
-done
+profile before WEAVER_PDL=0
+profile after WEAVER_PDL=1

@@ -16,10 +16,5 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
   tests/ops/test_triton_pool_top.py tests/ops/test_triton_weaver_frontier.py tests/models/test_fast_decode.py \
   2>&1 | tail -5) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PC_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
-for p in ${PC_PROFILES:-before after}; do
-  fused=$([ $p = after ] && echo 1 || echo 0)
-  echo "### WEAVER_FUSED_PUSH=$fused WEAVER_FUSED_POP=$fused" | tee "$OUT/profile_$p.txt"
-  WEAVER_FUSED_PUSH=$fused WEAVER_FUSED_POP=$fused timeout "${PC_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
-    --specs ${PC_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$p.txt" \
-    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)"
-done
+profile before WEAVER_FUSED_PUSH=0 WEAVER_FUSED_POP=0
+profile after WEAVER_FUSED_PUSH=1 WEAVER_FUSED_POP=1

@@ -14,10 +14,5 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 timeout "${RT_SWEEP_S:-240}" python3 scripts/gpu/verify_sweep.py --budget-s "${RT_BUDGET_S:-150}" \
   --out "$OUT/verify_sweep.json" 2>&1 | filter > "$OUT/verify_sweep.txt"
 tail -25 "$OUT/verify_sweep.txt"
-for t in ${RT_TABLES:-old new}; do
-  table=$([ $t = new ] && echo "$OUT/verify_sweep.json" || echo "")
-  echo "### table $t ${table:-packaged tuned/h200.json}" | tee "$OUT/profile_$t.txt"
-  WEAVER_TRITON_TUNING=$table timeout "${RT_PROFILE_S:-100}" python3 scripts/gpu/round_profile.py \
-    --specs ${RT_SPECS:-ar chain:16 weaver:64} 2>&1 | filter | tee -a "$OUT/profile_$t.txt" \
-    | grep -E "^## |^ar step|^(draft|build|verify|accept|commit|ROUND)"
-done
+profile old WEAVER_TRITON_TUNING=  # empty: the packaged tuned/h200.json
+profile new WEAVER_TRITON_TUNING="$OUT/verify_sweep.json"

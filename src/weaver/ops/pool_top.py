@@ -69,14 +69,7 @@ def fused_pool_top(
     return launch(pool_top_op, "weaver.ops.triton.pool_top", "pool_top", *args)
 
 
-def fused_pool_top_push(
-    y: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor | None, eps: float, table: torch.Tensor,
-    pool_ids: torch.Tensor, pool_prior: torch.Tensor, pool: torch.Tensor, c: int, f_score: torch.Tensor,
-    f_item: torch.Tensor, f_logp: torch.Tensor, node_ids: torch.Tensor, grow: torch.Tensor, score: torch.Tensor,
-    depth: torch.Tensor,
-) -> None:
-    """The top-c children pushed straight into the device builder's frontier (see `weaver.ops.triton.pool_top`):
-    the scoring tail and `weaver_frontier.frontier_push` in the same two launches."""
-    args = (y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c, f_score, f_item, f_logp, node_ids,
-            grow, score, depth)  # fmt: skip
+def fused_pool_top_push(*args) -> None:
+    """The top-c children pushed straight into the device builder's frontier: `fused_pool_top`'s arguments, then
+    (f_score, f_item, f_logp, node ids, grow, score, depth); see `weaver.ops.triton.pool_top.pool_top_push`."""
     launch(pool_top_push_op, "weaver.ops.triton.pool_top", "pool_top_push", *args)

@@ -164,15 +164,10 @@ def pool_top(
     return outs
 
 
-def pool_top_push(
-    y: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor | None, eps: float, table: torch.Tensor,
-    pool_ids: torch.Tensor, pool_prior: torch.Tensor, pool: torch.Tensor, c: int, f_score: torch.Tensor,
-    f_item: torch.Tensor, f_logp: torch.Tensor, node_ids: torch.Tensor, grow: torch.Tensor, score: torch.Tensor,
-    depth: torch.Tensor,
-) -> None:
-    """`pool_top(..., push=(f_score, f_item, f_logp, node_ids, grow, score, depth))` with flat arguments."""
-    pool_top(y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c,
-             push=(f_score, f_item, f_logp, node_ids, grow, score, depth))  # fmt: skip
+def pool_top_push(*args) -> None:
+    """`pool_top(*args[:9], push=args[9:])`: pool_top's arguments, then the push's seven (f_score, f_item, f_logp,
+    node ids, grow, score, depth), flat as the custom op `weaver::pool_top_push` passes them."""
+    pool_top(*args[:9], push=tuple(args[9:]))
 
 
 def _push_args(push: tuple[torch.Tensor, ...], b: int, w: int) -> tuple[torch.Tensor, ...]:
