@@ -50,10 +50,10 @@ def frontier_pop_inputs_op(
     layer: int, prefix_len: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """`frontier_pop(..., inputs=(visible, ..., prefix_len))` as a custom op: the pop and the node inputs."""
-    from weaver.ops.triton.weaver_frontier import frontier_pop as pop
+    from weaver.ops.triton.weaver_frontier import frontier_pop_inputs as pop_inputs
 
-    inputs = (visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
-    return pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, inputs)
+    return pop_inputs(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible, prefix_mask, cand_x,
+                      cand_qkv, k_buf, v_buf, layer, prefix_len)  # fmt: skip
 
 
 @frontier_pop_inputs_op.register_fake
@@ -114,11 +114,7 @@ def frontier_pop(*args):
 def frontier_pop_inputs(*args):
     """`frontier_pop` and `node_inputs` in one launch: frontier_pop's arguments, then node_inputs' without the
     step (see `weaver.ops.triton.weaver_frontier.frontier_pop`); the pop's four results, then (x, q, mask)."""
-    if torch.compiler.is_compiling():
-        return frontier_pop_inputs_op(*args)
-    from weaver.ops.triton.weaver_frontier import frontier_pop as pop
-
-    return pop(*args[:10], args[10:])
+    return launch(frontier_pop_inputs_op, _MODULE, "frontier_pop_inputs", *args)
 
 
 def frontier_push(*args) -> None:

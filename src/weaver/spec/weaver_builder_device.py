@@ -214,14 +214,13 @@ def build_weaver_device(
         f = frontier
         for _ in range(rounds):
             pop = (f.score, f.item, f.logp, count, nodes, logps, valid, n, depth, width)
-            inputs = None
-            if FUSED_POP:
-                *popped, x, q, mask = frontier_pop_inputs(*pop, state.visible, state.prefix_mask, state.cand_x,
-                                                          state.cand_qkv, state.k, state.v, 0, state.prefix_len)
-                inputs = (x, q, mask)
+            if FUSED_POP:  # (x, q, mask) of the node inputs follow the pop's results
+                popped = frontier_pop_inputs(*pop, state.visible, state.prefix_mask, state.cand_x, state.cand_qkv,
+                                             state.k, state.v, 0, state.prefix_len)  # fmt: skip
             else:
                 popped = frontier_pop(*pop)
-            step, node, grow, score = popped
+            step, node, grow, score = popped[:4]
+            inputs = tuple(popped[4:]) or None
             if FUSED_PUSH:
                 plan.adapter.step_top_prepared(state, step, c, push=(f.score, f.item, f.logp, node, grow, score),
                                                inputs=inputs)  # fmt: skip

@@ -35,7 +35,7 @@ import triton.language as tl
 from weaver.ops.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.ops.triton.topk import select_top
 
-__all__ = ["frontier_pop", "frontier_push", "node_inputs"]
+__all__ = ["frontier_pop", "frontier_pop_inputs", "frontier_push", "node_inputs"]
 
 
 @triton.jit
@@ -153,6 +153,12 @@ def frontier_pop(
             num_warps=4, **pdl_launch(f_score.device),
         )  # fmt: skip
     return (step, node, grow, score, *outs)
+
+
+def frontier_pop_inputs(*args) -> tuple[torch.Tensor, ...]:
+    """`frontier_pop(*args[:10], inputs=args[10:])`: frontier_pop's arguments, then node_inputs' without the step,
+    flat as the custom op `weaver::frontier_pop_inputs` passes them."""
+    return frontier_pop(*args[:10], tuple(args[10:]))
 
 
 @triton.jit
