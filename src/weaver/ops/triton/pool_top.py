@@ -26,6 +26,7 @@ import triton.language as tl
 from weaver.ops.triton._utils import check_device, pdl_launch, pdl_wait
 from weaver.ops.triton.decode import _round
 from weaver.ops.triton.topk import select_top
+from weaver.ops.triton.weaver_frontier import push_children
 
 __all__ = ["pool_top", "pool_top_push"]
 
@@ -86,19 +87,12 @@ def _pool_top_kernel(
     b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0).to(tl.int64)
     b_lp = b_val - lse
     b_idx = b_idx.to(tl.int64)
-    if PUSH:  # frontier_push for this row's node: children into columns node * c + j (weaver_frontier._push_kernel)
-        b_node = tl.load(node + i_r)
-        s = tl.load(score + i_r) + b_lp.to(tl.float64)
-        keep = m_c & (tl.load(grow + i_r + 0 * o_c) != 0) & (s > float("-inf"))  # (a [BLOCK_C] load: the
-        # interpreter rejects a mask built from a scalar bool)
-        col = b_node * c + o_c
-        tl.store(f_score + i_b * stride_fs + col, s, mask=keep)
-        tl.store(f_logp + i_b * stride_fl + col, b_lp, mask=keep)
-        p_item = f_item + i_b * stride_fi + col * 4
-        tl.store(p_item, b_node + 0 * col, mask=keep)
-        tl.store(p_item + 1, b_tok, mask=keep)
-        tl.store(p_item + 2, tl.load(depth + i_r) + 1 + 0 * col, mask=keep)
-        tl.store(p_item + 3, 1 + p * K + b_idx, mask=keep)  # the child's candidate-table row
+    if PUSH:  # frontier_push for this row's node (as weaver_frontier._push_kernel does for a batch row)
+        push_children(
+            f_score, f_item, f_logp, i_b, tl.load(node + i_r), tl.load(score + i_r),
+            tl.load(grow + i_r + 0 * o_c) != 0,  # a [BLOCK_C] load: the interpreter rejects scalar-bool masks
+            tl.load(depth + i_r) + 1, 1 + p * K, o_c, b_lp, b_tok, b_idx, m_c, c, stride_fs, stride_fi, stride_fl,
+        )  # fmt: skip
     else:
         tl.store(out_lp + i_r * c + o_c, b_lp, mask=m_c)
         tl.store(out_tok + i_r * c + o_c, b_tok, mask=m_c)

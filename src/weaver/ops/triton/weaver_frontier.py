@@ -180,17 +180,32 @@ def _push_kernel(
     b_depth = tl.load(step + 3 * B * W + b * W + o_w, mask=m_w, other=0) + 1  # the children's depth
     b_first = 1 + tl.load(step + 5 * B * W + b * W + o_w, mask=m_w, other=0) * K  # table row of pool entry 0
     o_wc = (b * W + o_w)[:, None] * C + o_c[None, :]
-    lp = tl.load(top_lp + o_wc, mask=m, other=float("-inf"))
-    s = b_score[:, None] + lp.to(tl.float64)
-    keep = m & b_grow[:, None] & (s > float("-inf"))
-    col = b_node[:, None] * C + o_c[None, :]
+    push_children(
+        f_score, f_item, f_logp, b, b_node[:, None], b_score[:, None], b_grow[:, None], b_depth[:, None],
+        b_first[:, None], o_c[None, :], tl.load(top_lp + o_wc, mask=m, other=float("-inf")),
+        tl.load(top_tok + o_wc, mask=m, other=0), tl.load(top_ix + o_wc, mask=m, other=0), m, C,
+        stride_fs, stride_fi, stride_fl,
+    )  # fmt: skip
+
+
+@triton.jit
+def push_children(
+    f_score, f_item, f_logp, b, node, score, grow, depth, first, o_c, lp, tok, ix, m, C, stride_fs, stride_fi,
+    stride_fl,
+):  # fmt: skip
+    """Batch row b's frontier columns node * C + o_c get a grown node's children (where m): score + log p
+    (float64; -inf dropped), log p, item (node, token, children's depth, candidate row first + pool index).
+    Node-wise values broadcast against the child-wise ones (lp, tok, ix, m); grow is a bool tensor."""
+    s = score + lp.to(tl.float64)
+    keep = m & grow & (s > float("-inf"))
+    col = node * C + o_c
     tl.store(f_score + b * stride_fs + col, s, mask=keep)
     tl.store(f_logp + b * stride_fl + col, lp, mask=keep)
     p_item = f_item + b * stride_fi + col * 4
-    tl.store(p_item, b_node[:, None] + 0 * col, mask=keep)
-    tl.store(p_item + 1, tl.load(top_tok + o_wc, mask=m, other=0), mask=keep)
-    tl.store(p_item + 2, b_depth[:, None] + 0 * col, mask=keep)
-    tl.store(p_item + 3, b_first[:, None] + tl.load(top_ix + o_wc, mask=m, other=0), mask=keep)
+    tl.store(p_item, node + 0 * col, mask=keep)
+    tl.store(p_item + 1, tok, mask=keep)
+    tl.store(p_item + 2, depth + 0 * col, mask=keep)
+    tl.store(p_item + 3, first + ix, mask=keep)
 
 
 def frontier_push(
