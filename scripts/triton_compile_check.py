@@ -198,7 +198,7 @@ def check_weaver_frontier() -> list[str]:
         report("frontier pop F=512 w=4", compile_kernel(wf._pop_kernel, pop_args, dict(BLOCK_F=512, BLOCK_W=4), 4)),
         report("frontier push w=4 c=8", compile_kernel(wf._push_kernel, push_args, dict(BLOCK_W=4, BLOCK_C=8), 4)),
         report("node inputs d=512 P+S=85", compile_kernel(wf._node_inputs_kernel, inp_args,
-                                                          dict(BLOCK_S=128, BLOCK_D=512), 4)),
+                                                          dict(BLOCK_W=4, BLOCK_S=128, BLOCK_D=512), 4)),
     ]  # fmt: skip
 
 

@@ -7,7 +7,9 @@
 #      decode (PDL bit-equality);
 #   2. rounds_check.py --quick (chain / ddtree / weaver one-graph rounds equal the ar tokens);
 #   3. round_profile.py ar + chain 16 + weaver 64 with both launches of their own (WEAVER_FUSED_PUSH=0
-#      WEAVER_FUSED_POP=0, before) and fused (after); PDL on in both.
+#      WEAVER_FUSED_POP=0, before), the push fused only (push) and both fused (after); PDL on in all.
+#   (h200_v24: the first fused pop did its lanes one after another, 9 us a launch; the lanes now go in one
+#   2-D block.)
 #   device run:  bash scripts/gpu/push_check.sh      (results in $OUT)
 OUT=${OUT:-/tmp/push_out}
 source "$(dirname "$0")/common.sh"
@@ -17,4 +19,5 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
   2>&1 | tail -5) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PC_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 profile before WEAVER_FUSED_PUSH=0 WEAVER_FUSED_POP=0
+profile push WEAVER_FUSED_PUSH=1 WEAVER_FUSED_POP=0
 profile after WEAVER_FUSED_PUSH=1 WEAVER_FUSED_POP=1

@@ -93,7 +93,12 @@ def test_step_top_equals_step_then_top_c():
     logp = adapter.step(states[1], slot, token, parent, depth)
     want_lp, want_ix = torch.topk(logp, 4, dim=-1)
     pool = depth.clamp(max=2)
-    assert torch.equal(top_lp, want_lp)
+    if DEVICE == "cpu":  # the same torch ops off CUDA: bit-equal
+        assert torch.equal(top_lp, want_lp)
+    else:  # the fused Triton tail on CUDA: fp32 rounding apart, and the top 4 clear of ties at that rounding
+        assert_close("top log p", want_lp, top_lp, 1e-5, floor=1.0)
+        lp_sorted = torch.sort(logp, dim=-1, descending=True).values
+        assert bool(((lp_sorted[..., :4] - lp_sorted[..., 1:5]).abs() > 1e-4).all())
     assert torch.equal(top_tok, pool_ids[0, pool[0]].gather(-1, want_ix[0])[None])
     assert torch.equal(top_cand, 1 + pool[..., None] * pool_ids.shape[2] + want_ix)  # candidate-table rows
     assert torch.equal(states[0].k, states[1].k) and torch.equal(states[0].visible, states[1].visible)

@@ -14,8 +14,9 @@ does with tensor ops, with the same results (the builder's tests run both on the
   columns, append them as nodes count + 1, ...; untaken lanes go to scratch columns n + lane; count grows;
   the step's inputs [6, B, w] (slot, token, parent, depth, candidate row, pool row) are padded where a node
   does not grow (scratch slot, token 0, no parent, depth 0, row 0, pool 0).
-- node_inputs (one program per node): its visibility row (its parent's row, or the prefix, plus itself),
-  its input row and first-block q from the candidate table, its first-block k / v into its K/V column.
+- node_inputs (one program per batch row, its w nodes in one 2-D block): each node's visibility row (its
+  parent's row, or the prefix, plus itself), its input row and first-block q from the candidate table, its
+  first-block k / v into its K/V column.
   The pop also hands out each node's pool row (min(depth, D' - 1)) and the push turns a child's pool index
   into its candidate-table row, so no small kernels remain between the launches.
 - push (one program per batch row): each grown node's c children into frontier columns node * c + j,
@@ -92,19 +93,13 @@ def _pop_kernel(
     tl.store(node_out + b * W + o_w, node, mask=m_w)
     tl.store(grow_out + b * W + o_w, grow.to(tl.uint8), mask=m_w)
     tl.store(score_out + b * W + o_w, val, mask=m_w)
-    if INPUTS:  # node_inputs for the popped lanes, one after another in this program (one launch less a step)
-        slots = tl.where(grow, node, scratch)
-        parents = tl.where(grow, parent, -1)
-        cands = tl.where(grow, cand, 0)
-        for j in tl.static_range(BLOCK_W):
-            lane = o_w == j
-            _node_inputs_one(
-                b * W + j, b, tl.sum(tl.where(lane, slots, 0), axis=0), tl.sum(tl.where(lane, parents, 0), axis=0),
-                tl.sum(tl.where(lane, cands, 0), axis=0), (j < W).to(tl.int32),
-                visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
-                stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
-                stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
-            )  # fmt: skip
+    if INPUTS:  # node_inputs for the popped lanes, all lanes at once in this program (one launch less a step)
+        _node_inputs_lanes(
+            b * W + o_w, b, tl.where(grow, node, scratch), tl.where(grow, parent, -1), tl.where(grow, cand, 0), m_w,
+            visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
+            stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+            stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
+        )  # fmt: skip
 
 
 def frontier_pop(
@@ -238,7 +233,7 @@ def frontier_push(
 
 
 @triton.jit
-def _node_inputs_one(
+def _node_inputs_lanes(
     i, b, slot, parent, cand, ok,
     visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
     P, S_TOT, D, HD,
@@ -246,26 +241,27 @@ def _node_inputs_one(
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
 ):  # fmt: skip
-    """Node i of the step (batch row b, slot, parent or -1, candidate row; nothing done unless ok != 0): its
-    visibility row, input row, first-block q and K/V column."""
+    """The lanes' nodes (vectors: step index i, slot, parent or -1, candidate row; a lane where ok is False does
+    nothing) of batch row b: their visibility rows, input rows, first-block q and K/V columns. All lanes in
+    one 2-D block, so their loads go out together (a lane's parent is never a lane of the same step)."""
     # visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus itself
-    o_s = tl.arange(0, BLOCK_S)
-    m_s = (o_s < S_TOT) & (o_s * 0 + ok != 0)  # (ok as a block: the interpreter rejects scalar-bool masks)
-    row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0) * stride_vs + o_s, mask=m_s, other=0)
+    o_s = tl.arange(0, BLOCK_S)[None, :]
+    m_s = (o_s < S_TOT) & ok[:, None]
+    row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0)[:, None] * stride_vs + o_s, mask=m_s, other=0)
     pre = tl.load(prefix + o_s, mask=m_s, other=0)
-    row = tl.where(parent >= 0, row, pre)
-    row = tl.where(o_s == P + slot, 1, row)
-    tl.store(visible + b * stride_vb + slot * stride_vs + o_s, row, mask=m_s)
-    tl.store(mask_out + i * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
+    row = tl.where(parent[:, None] >= 0, row, pre)
+    row = tl.where(o_s == P + slot[:, None], 1, row)
+    tl.store(visible + b * stride_vb + slot[:, None] * stride_vs + o_s, row, mask=m_s)
+    tl.store(mask_out + i[:, None] * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
     # the input row and the first block's q / k / v from the candidate table
-    o_d = tl.arange(0, BLOCK_D)
-    m_d = (o_d < D) & (o_d * 0 + ok != 0)
-    x = tl.load(cand_x + b * stride_cxb + cand * stride_cxr + o_d, mask=m_d)
-    tl.store(x_out + i * D + o_d, x, mask=m_d)
-    p_qkv = cand_qkv + b * stride_cqb + cand * stride_cqr + o_d
-    tl.store(q_out + i * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
+    o_d = tl.arange(0, BLOCK_D)[None, :]
+    m_d = (o_d < D) & ok[:, None]
+    x = tl.load(cand_x + b * stride_cxb + cand[:, None] * stride_cxr + o_d, mask=m_d)
+    tl.store(x_out + i[:, None] * D + o_d, x, mask=m_d)
+    p_qkv = cand_qkv + b * stride_cqb + cand[:, None] * stride_cqr + o_d
+    tl.store(q_out + i[:, None] * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
     head, j = o_d // HD, o_d % HD
-    col = P + slot
+    col = (P + slot)[:, None]
     tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, tl.load(p_qkv + D, mask=m_d), mask=m_d)
     tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, tl.load(p_qkv + 2 * D, mask=m_d),
              mask=m_d)  # fmt: skip
@@ -277,13 +273,17 @@ def _node_inputs_kernel(
     W, B, P, S_TOT, D, HD,
     stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
+    BLOCK_W: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
-    i = tl.program_id(0)  # node i of the step: batch row i // W
-    _node_inputs_one(
-        i, (i // W).to(tl.int64), tl.load(step + i), tl.load(step + 2 * B * W + i), tl.load(step + 4 * B * W + i), 1,
+    b = tl.program_id(0).to(tl.int64)  # batch row b: its w nodes of the step
+    o_w = tl.arange(0, BLOCK_W)
+    m_w = o_w < W
+    i = b * W + o_w
+    _node_inputs_lanes(
+        i, b, tl.load(step + i, mask=m_w, other=0), tl.load(step + 2 * B * W + i, mask=m_w, other=-1),
+        tl.load(step + 4 * B * W + i, mask=m_w, other=0), m_w,
         visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
         stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
         stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
@@ -310,9 +310,10 @@ def node_inputs(
     outs, args, blocks = _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len)
     if b * w:
         ptrs, ints, strides = args
-        _node_inputs_kernel[(b * w,)](
-            step.contiguous(), *ptrs, w, b, *ints, *strides, **blocks, num_warps=4, **pdl_launch(step.device),
-        )
+        _node_inputs_kernel[(b,)](
+            step.contiguous(), *ptrs, w, b, *ints, *strides, BLOCK_W=next_pow2(w, 2), **blocks, num_warps=4,
+            **pdl_launch(step.device),
+        )  # fmt: skip
     return outs
 
 
