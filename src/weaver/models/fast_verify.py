@@ -25,8 +25,9 @@ from weaver.models.fast_decode import FusedPath
 from weaver.ops.tree import ancestor_mask, node_depth
 
 # H200, SmolLM2 shapes (benchmarks/results/rounds/h200_v15): 16 nodes, 4.3 us fused against 4.0 + 2.5 us in
-# two launches; 65 nodes, 9.3 against 5.6 + 2.6 (every program of a kv head ropes all 65 nodes' K)
-ROPE_ATTENTION_MAX_NODES = 32
+# two launches; 65 nodes, 9.3 against 5.6 + 2.6 (every program of a kv head ropes all 65 nodes' K).
+# WEAVER_ROPE_ATTENTION_MAX_NODES overrides it (read at import) for A/B runs in a whole round.
+ROPE_ATTENTION_MAX_NODES = int(os.environ.get("WEAVER_ROPE_ATTENTION_MAX_NODES", "32"))
 
 
 class FastVerifier(FusedPath):
