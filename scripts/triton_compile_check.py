@@ -39,6 +39,7 @@ wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
 vt = importlib.import_module("weaver.ops.triton.vocab_top1")
 vf = importlib.import_module("weaver.ops.triton.verify")
 pt = importlib.import_module("weaver.ops.triton.pool_top")
+qr = importlib.import_module("weaver.ops.triton.qkv_rope")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -291,6 +292,23 @@ def check_gemm_rows() -> list[str]:
     return out
 
 
+def check_qkv_rope() -> list[str]:
+    """The weaver verify's qkv GEMM + RoPE + K/V write launch at SmolLM2's shapes (65 rows, tuned qkv tiles with
+    BLOCK_N = head dim 64, bf16, PDL on): registers and spills, with and without qk-norm."""
+    ptrs = {p: "*bf16" for p in ("x_ptr", "w_ptr", "norm_ptr", "qkv_ptr", "q_ptr", "k_ptr", "v_ptr", "qn_ptr",
+                                 "kn_ptr")}  # fmt: skip
+    ptrs.update(len_ptr="*i64", depth_ptr="*i64", inv_freq_ptr="*fp32")
+    ints = dict.fromkeys(("M", "K", "T", "S", "stride_xm", "stride_wn", "stride_om", "stride_q", "stride_db",
+                          "stride_cb", "stride_ch", "stride_cs"), "i32")  # fmt: skip
+    out = []
+    for qk_norm in (False, True):
+        const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_M=16, BLOCK_K=256, K_LINES=16)
+        kern = compile_kernel(qr._qkv_rope_kv_kernel, dict(ptrs, **ints, eps="fp32"), const, 4, 3,
+                              divisible=("stride_xm", "stride_wn", "stride_om", "stride_q"))  # fmt: skip
+        out.append(report(f"qkv_rope_kv H=9 HKV=3 D=64 qk_norm={qk_norm}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -312,13 +330,14 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
+    parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
               (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
-              (args.pool_top, check_pool_top))  # fmt: skip
+              (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

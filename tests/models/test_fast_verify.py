@@ -119,14 +119,17 @@ def test_given_ancestor_mask_is_used_as_is():
     assert_close("fast verify", want.logits, fast.logits, 1e-5)
 
 
-@pytest.mark.parametrize(("fused", "max_nodes"), [("1", 32), ("1", 8), ("0", 32)])
+@pytest.mark.parametrize(("fused", "max_nodes", "qkv_rope"), [("1", 32, "1"), ("1", 8, "1"), ("1", 8, "0"),
+                                                             ("0", 32, "1")])  # fmt: skip
 @torch.no_grad()
-def test_rope_inside_attention_or_not(fused, max_nodes, monkeypatch):
-    """WEAVER_ROPE_ATTENTION=0, or a tree of more than ROPE_ATTENTION_MAX_NODES nodes, keeps RoPE + K/V write as
-    its own launch; every way gives the reference's logits and K/V."""
+def test_rope_inside_attention_or_not(fused, max_nodes, qkv_rope, monkeypatch):
+    """WEAVER_ROPE_ATTENTION=0, or a tree of more than ROPE_ATTENTION_MAX_NODES nodes, keeps RoPE + K/V write out
+    of the attention: inside the qkv GEMM's launch (qkv_rope_kv) unless WEAVER_QKV_ROPE=0, then in a launch of
+    its own; every way gives the reference's logits and K/V."""
     import weaver.models.fast_verify as fast_verify
 
     monkeypatch.setenv("WEAVER_ROPE_ATTENTION", fused)
+    monkeypatch.setenv("WEAVER_QKV_ROPE", qkv_rope)
     monkeypatch.setattr(fast_verify, "ROPE_ATTENTION_MAX_NODES", max_nodes)
     launched = []
     kernels = FastVerifier(_model("tiny-qwen3")).kernels
@@ -135,7 +138,7 @@ def test_rope_inside_attention_or_not(fused, max_nodes, monkeypatch):
         real = getattr(kernels, name)
         return lambda *args, **kw: launched.append(name) or real(*args, **kw)
 
-    for name in ("tree_attention_rope", "tree_attention"):
+    for name in ("tree_attention_rope", "tree_attention", "qkv_rope_kv", "tree_rope_kv_write"):
         monkeypatch.setattr(kernels, name, spy(name))
     model = _model("tiny-qwen3")
     parents = torch.tensor([TREES["deep"][0]], device=DEVICE)
@@ -147,5 +150,7 @@ def test_rope_inside_attention_or_not(fused, max_nodes, monkeypatch):
     got = verifier(tokens, fast_cache, parents)
     assert_close("logits", want.logits, got.logits, 1e-5)
     assert_close("layer 1 k", ref_cache.layers[1].k, fast_cache.layers[1].k, 1e-5)
+    assert_close("layer 1 v", ref_cache.layers[1].v, fast_cache.layers[1].v, 1e-5)
     one_launch = fused == "1" and parents.shape[1] <= max_nodes  # the deep tree has 14 nodes
-    assert set(launched) == {"tree_attention_rope" if one_launch else "tree_attention"}
+    rope_kv = "qkv_rope_kv" if qkv_rope == "1" else "tree_rope_kv_write"
+    assert set(launched) == ({"tree_attention_rope"} if one_launch else {rope_kv, "tree_attention"})

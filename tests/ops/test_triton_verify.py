@@ -371,11 +371,11 @@ def test_packaged_tuning_table(monkeypatch):
 def test_programmatic_dependent_launch_only_compiled_on_hopper(monkeypatch):
     """The row GEMM asks for PDL only where it can work: compiled (not the interpreter), CUDA sm_90+, 16-bit
     weights, and not with WEAVER_PDL=0 (the launch options, read at every call)."""
-    from weaver.ops.triton.decode import _pdl_options
+    from weaver.ops.triton.decode import pdl_gemm_options
 
-    assert _pdl_options(torch.device("cpu"), 576, 2) == {}
+    assert pdl_gemm_options(torch.device("cpu"), 576, 2) == {}
     if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
-        assert _pdl_options(torch.device("cuda"), 576, 2) == {"PDL": True, "K_LINES": 16, "launch_pdl": True}
-        assert _pdl_options(torch.device("cuda"), 576, 4) == {}  # fp32 weights: the prefetch assumes 2 bytes
+        assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {"PDL": True, "K_LINES": 16, "launch_pdl": True}
+        assert pdl_gemm_options(torch.device("cuda"), 576, 4) == {}  # fp32 weights: the prefetch assumes 2 bytes
         monkeypatch.setenv("WEAVER_PDL", "0")
-        assert _pdl_options(torch.device("cuda"), 576, 2) == {}
+        assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {}

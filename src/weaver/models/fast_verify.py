@@ -9,7 +9,8 @@ hidden rows. Like the reference it writes only the tree's slots and leaves `cach
 
 Trees of at most ROPE_ATTENTION_MAX_NODES nodes merge the second and third launches (`tree_attention_rope`:
 each attention program ropes the tree's K itself, from a cos/sin table computed once a verify) unless
-WEAVER_ROPE_ATTENTION=0.
+WEAVER_ROPE_ATTENTION=0; larger trees merge the first two (`qkv_rope_kv`: the qkv GEMM's programs rope
+their own head tiles and write the K/V) unless WEAVER_QKV_ROPE=0.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ class FastVerifier(FusedPath):
     def __init__(self, model: Decoder) -> None:
         super().__init__(model)
         self.rope_attention = rope_in_attention()  # read once: a captured graph keeps what it launched
+        hd = model.config.head_dim  # qkv_rope_kv's column tiles are whole heads: a power of two >= 16
+        self.qkv_rope = os.environ.get("WEAVER_QKV_ROPE", "1") != "0" and hd >= 16 and hd & (hd - 1) == 0
 
     def __call__(
         self,
@@ -64,11 +67,18 @@ class FastVerifier(FusedPath):
         for i, (layer, layer_cache) in enumerate(zip(m.model.layers, cache.layers, strict=True)):
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = self.qk_norms(attn)
-            qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
-            o = tree_attend(
-                k, rope, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
-                m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm, self.eps,
-            )
+            if rope is None and self.qkv_rope:  # qkv + RoPE + K/V write in one launch, then the attention
+                q = k.qkv_rope_kv(x, attn.fused.weight, layer.input_layernorm.weight, self.eps, layer_cache.k,
+                                  layer_cache.v, cache.lengths, depth, m.rope_inv_freq, self.num_heads,
+                                  self.num_kv_heads, q_norm, k_norm)[1]  # fmt: skip
+                o = k.tree_attention(q, layer_cache.k, layer_cache.v, cache.lengths, anc, self.num_heads,
+                                     self.num_kv_heads)  # fmt: skip
+            else:
+                qkv = gemm(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight)
+                o = tree_attend(
+                    k, rope, qkv, layer_cache.k, layer_cache.v, cache.lengths, depth, anc,
+                    m.rope_inv_freq, self.num_heads, self.num_kv_heads, q_norm, k_norm, self.eps,
+                )
             x = gemm(o, attn.o_proj.weight, residual=x)
             act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
             x = gemm(act, mlp.down_proj.weight, residual=x)

@@ -29,6 +29,7 @@ __all__ = [
     "fused_gemv",
     "gdn_tree",
     "gdn_tree_commit",
+    "qkv_rope_kv",
     "tree_attention",
     "rope_table",
     "tree_attention_rope",
@@ -54,6 +55,7 @@ if importlib.util.find_spec("triton") is not None:
     from weaver.ops.triton.decode import decode_attention, fused_gemv
     from weaver.ops.triton.gdn_commit import gdn_tree_commit
     from weaver.ops.triton.gdn_tree import GDNTreeConfig, gdn_tree
+    from weaver.ops.triton.qkv_rope import qkv_rope_kv
     from weaver.ops.triton.structure import TreeStructure, build_tree_structure
     from weaver.ops.triton.verify import rope_table, tree_attention, tree_attention_rope, tree_rope_kv_write
 else:  # keep the names importable; calling them explains what is missing
@@ -61,6 +63,6 @@ else:  # keep the names importable; calling them explains what is missing
     def _missing(*_args, **_kwargs):
         raise RuntimeError("weaver.ops.triton needs the `triton` package (pip install triton)")
 
-    conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = _missing
+    conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = qkv_rope_kv = _missing
     decode_attention = fused_gemv = tree_attention = tree_attention_rope = tree_rope_kv_write = rope_table = _missing
     GDNTreeConfig = TreeStructure = None

@@ -213,9 +213,8 @@ def fused_gemv(
         )
     if row_tiles:
         if tiles is None:
-            key = tuning.gemm_rows_key(n_out, k, m, x.dtype, out.dtype, norm_weight is not None, swiglu,
-                                       residual is not None, norm_out is not None)
-            tiles = GemmTiles(*tuning.tuned("gemm_rows", key) or gemm_rows_config(n_out, k, m, x.device))
+            tiles = row_tiles_for(x, n_out, out.dtype, norm_weight is not None, swiglu, residual is not None,
+                                  norm_out is not None)  # fmt: skip
         return _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles)
     if tiles is not None:
         raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
@@ -231,7 +230,7 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu,
-        **_pdl_options(x.device, k, weight.element_size()),
+        **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
@@ -272,22 +271,18 @@ def load_normed_rows(p_x, o_k, mask_m, mask_k, rstd, norm_ptr, NORM: tl.constexp
 
 
 @triton.jit
-def _gemm_rows_kernel(
-    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
-    M, K, N_OUT, HALF, eps,
-    stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
-    NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
-    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
-):
-    i_n = tl.program_id(0)
-    i_m = tl.program_id(1)
+def gemm_rows_acc(
+    x_ptr, w_ptr, norm_ptr, nout_ptr, o_m, mask_m, o_n, i_n,
+    K, N_OUT, HALF, eps, stride_xm, stride_wn, stride_nm,
+    NORM: tl.constexpr, SWIGLU: tl.constexpr, NORM_OUT: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr, K_LINES: tl.constexpr,
+):  # fmt: skip
+    """Rows o_m x output columns o_n of [RMSNorm ->] x @ W^T [-> silu(gate) * up] in fp32 (not rounded): the
+    row-tiled GEMV's main loop, one read of the program's weight tile for all of its rows; with NORM_OUT,
+    program column i_n == 0 hands out the normalised rows."""
     dtype = x_ptr.dtype.element_ty
     w_dtype = w_ptr.dtype.element_ty
-    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
     o_k0 = tl.arange(0, BLOCK_K)
-    mask_m = o_m < M
     mask_n = o_n < N_OUT
     p_x = x_ptr + o_m[:, None] * stride_xm
     if PDL:  # launched before the previous kernel ends: pull this program's weights toward L2, then wait for it
@@ -318,7 +313,29 @@ def _gemm_rows_kernel(
     if SWIGLU:
         gate = _round(acc, dtype)
         y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
-    mask_o = mask_m[:, None] & mask_n[None, :]
+    return y
+
+
+@triton.jit
+def _gemm_rows_kernel(
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, nout_ptr,
+    M, K, N_OUT, HALF, eps,
+    stride_xm, stride_wn, stride_rm, stride_om, stride_nm,
+    NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr, NORM_OUT: tl.constexpr,
+    INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
+):
+    i_n = tl.program_id(0)
+    i_m = tl.program_id(1)
+    dtype = x_ptr.dtype.element_ty
+    o_m = i_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    o_n = i_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_m = o_m < M
+    y = gemm_rows_acc(
+        x_ptr, w_ptr, norm_ptr, nout_ptr, o_m, mask_m, o_n, i_n, K, N_OUT, HALF, eps, stride_xm, stride_wn,
+        stride_nm, NORM, SWIGLU, NORM_OUT, INTERPRET, BLOCK_M, BLOCK_N, BLOCK_K, PDL, K_LINES,
+    )  # fmt: skip
+    mask_o = mask_m[:, None] & (o_n < N_OUT)[None, :]
     if RESIDUAL:
         r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=mask_o, other=0.0).to(tl.float32)
         y = _round(y, dtype) + r
@@ -326,7 +343,16 @@ def _gemm_rows_kernel(
     tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=mask_o)
 
 
-def _pdl_options(device: torch.device, k: int, itemsize: int) -> dict:
+def row_tiles_for(
+    x: torch.Tensor, n_out: int, out_dtype: torch.dtype, norm: bool, swiglu: bool, residual: bool, norm_out: bool
+) -> GemmTiles:
+    """The row-tiled launch of x [M, K] -> [M, n_out]: the WEAVER_TRITON_TUNING entry, else `gemm_rows_config`."""
+    m, k = x.shape
+    key = tuning.gemm_rows_key(n_out, k, m, x.dtype, out_dtype, norm, swiglu, residual, norm_out)
+    return GemmTiles(*tuning.tuned("gemm_rows", key) or gemm_rows_config(n_out, k, m, x.device))
+
+
+def pdl_gemm_options(device: torch.device, k: int, itemsize: int) -> dict:
     """Programmatic dependent launch for the row GEMM (`pdl_launch`).
 
     The launch may start while the previous kernel in the stream still runs: each program asks L2 for its
@@ -352,7 +378,7 @@ def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_ou
         norm_out.stride(0) if norm_out is not None else 0,
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None, NORM_OUT=norm_out is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k,
-        num_warps=tiles.num_warps, num_stages=tiles.num_stages, **_pdl_options(x.device, k, weight.element_size()),
+        num_warps=tiles.num_warps, num_stages=tiles.num_stages, **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
