@@ -1,15 +1,17 @@
 """The one-launch qkv + RoPE + K/V write (weaver.ops.triton.qkv_rope) against the two launches it replaces.
 
-CPU: interpreted at small sizes on random trees (pad nodes included). GPU (`WEAVER_TRITON_FULL=1`):
-compiled, at SmolLM2 / Qwen3 head shapes and up to the weaver verify's 65 nodes. At the same tiles the
-results are the two launches' bit for bit: qkv rows, q after RoPE, and the caches afterwards.
+CPU: interpreted at small sizes on random trees (pad nodes included): at the same tiles the results are the
+two launches' bit for bit (qkv rows, q after RoPE, the caches afterwards). GPU (`WEAVER_TRITON_FULL=1`):
+compiled, at SmolLM2 / Qwen3 head shapes and up to the weaver verify's 65 nodes, within the dtype's
+tolerance (two compiled kernels may contract or schedule the RoPE arithmetic differently), and without
+hypothesis' shrinking, which recompiles the kernels for every shape it tries.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 from test_triton_verify import HEADS, _inputs, _inv_freq, trees
 from triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
@@ -18,6 +20,9 @@ from weaver.ops import triton as wt
 from weaver.ops.tree import node_depth
 from weaver.ops.triton.decode import GemmTiles
 from weaver.ops.triton.qkv_rope import qkv_rope_kv
+from weaver.testing import assert_close
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
 
 
 def _case(rows, heads, d, hidden, prefix, qk_norm, dtype, seed, extra_slots=3):
@@ -36,7 +41,8 @@ def _case(rows, heads, d, hidden, prefix, qk_norm, dtype, seed, extra_slots=3):
     return dev, [None if v is None else v.to(DEVICE) for v in (qn, kn)]
 
 
-@settings(max_examples=6 if FULL else 20, deadline=None)
+@settings(max_examples=4 if FULL else 10, deadline=None,
+          phases=[Phase.explicit, Phase.reuse, Phase.generate] if FULL else list(Phase))  # fmt: skip
 @given(
     rows=trees(max_b=2, max_t=65 if FULL else 20),
     heads=st.sampled_from(HEADS),
@@ -49,7 +55,7 @@ def _case(rows, heads, d, hidden, prefix, qk_norm, dtype, seed, extra_slots=3):
     tiles=st.sampled_from([(16, 16, 1, 1), (16, 64, 4, 3), (32, 32, 2, 2)]),
     seed=st.integers(0, 10_000),
 )
-def test_qkv_rope_kv_equals_gemm_then_rope_kv_write(rows, heads, d, hidden, rot_frac, prefix, qk_norm, dtype, tiles,
+def test_qkv_rope_kv_matches_gemm_then_rope_kv_write(rows, heads, d, hidden, rot_frac, prefix, qk_norm, dtype, tiles,
                                                     seed):  # fmt: skip
     (x, weight, norm_w, ck, cv, lengths, depth), (qn, kn) = _case(rows, heads, d, hidden, prefix, qk_norm, dtype, seed)
     h, hkv = heads
@@ -61,9 +67,12 @@ def test_qkv_rope_kv_equals_gemm_then_rope_kv_write(rows, heads, d, hidden, rot_
     q_want = wt.tree_rope_kv_write(qkv_want, *two, lengths, depth, inv_freq, h, hkv, qn, kn, eps=1e-6)
     qkv_got, q_got = qkv_rope_kv(x, weight, norm_w, 1e-6, ck, cv, lengths, depth, inv_freq, h, hkv, qn, kn,
                                  tiles=gemm_tiles)  # fmt: skip
-    assert torch.equal(qkv_got, qkv_want)
-    assert torch.equal(q_got, q_want)
-    assert torch.equal(ck, two[0]) and torch.equal(cv, two[1])  # the tree's slots, every other slot untouched
+    results = (("qkv", qkv_want, qkv_got), ("q", q_want, q_got), ("cache k", two[0], ck), ("cache v", two[1], cv))
+    for name, want, got in results:  # caches: the tree's slots written, every other slot untouched
+        if FULL:
+            assert_close(name, want, got, TOL[dtype])
+        else:
+            assert torch.equal(got, want), name
 
 
 def test_qkv_rope_kv_drops_slots_past_capacity_and_checks_inputs():
