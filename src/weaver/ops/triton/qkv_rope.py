@@ -19,7 +19,7 @@ import triton.language as tl
 
 from weaver.ops.triton._utils import check_device, interpreting
 from weaver.ops.triton.decode import GemmTiles, _round, gemm_rows_acc, pdl_gemm_options, row_tiles_for
-from weaver.ops.triton.verify import _check_caches, _rope_rows
+from weaver.ops.triton.verify import _rope_rows, check_tree_rope
 
 __all__ = ["qkv_rope_kv"]
 
@@ -74,37 +74,23 @@ def _qkv_rope_kv_kernel(
 
 
 def qkv_rope_kv(
-    x: torch.Tensor,  # [B T, hidden]: the layer's input rows, node-major per batch row
-    weight: torch.Tensor,  # [(H + 2 Hkv) D, hidden]: the fused q | k | v projection
-    norm_weight: torch.Tensor,  # [hidden]: the input RMSNorm
-    eps: float,
-    cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D
-    cache_v: torch.Tensor,
-    lengths: torch.Tensor,  # [B] long: committed tokens per row
-    depth: torch.Tensor,  # [B, T] long: node depths (root 0)
-    inv_freq: torch.Tensor,  # [rot/2] fp32
-    num_heads: int,
-    num_kv_heads: int,
-    q_norm: torch.Tensor | None = None,  # [D] per-head RMSNorm weights (qwen3)
-    k_norm: torch.Tensor | None = None,
-    tiles: GemmTiles | None = None,  # None: the qkv GEMM's own (tuned) tiles with BLOCK_N = D
+    x: torch.Tensor, weight: torch.Tensor, norm_weight: torch.Tensor, eps: float, cache_k: torch.Tensor,
+    cache_v: torch.Tensor, lengths: torch.Tensor, depth: torch.Tensor, inv_freq: torch.Tensor, num_heads: int,
+    num_kv_heads: int, q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
+    tiles: GemmTiles | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """RMSNorm + qkv projection + qk-norm + RoPE at lengths + depth, K/V of node j to slot lengths + j: returns
-    (qkv [B T, (H + 2 Hkv) D] before RoPE, q [B T, H D] after), one launch."""
+    """RMSNorm (norm_weight, eps) + the fused q | k | v projection (weight [(H + 2 Hkv) D, hidden]) of the node
+    rows x [B T, hidden], then `tree_rope_kv_write` with the remaining arguments, in one launch: returns (qkv
+    [B T, (H + 2 Hkv) D] before RoPE, q [B T, H D] after). tiles: None = the qkv GEMM's own (tuned) tiles with
+    BLOCK_N = D."""
     check_device(x, weight, norm_weight, cache_k, cache_v, lengths, depth, inv_freq)
-    b, _, s, d = cache_k.shape
-    if depth.dim() != 2 or depth.shape[0] != b or lengths.shape != (b,):
-        raise ValueError(f"lengths must be [{b}] and depth [{b}, T], got {tuple(lengths.shape)}, {tuple(depth.shape)}")
-    t = depth.shape[1]
+    b, t, s, d = check_tree_rope(cache_k, cache_v, lengths, depth, num_heads, num_kv_heads, q_norm, k_norm)
     width = (num_heads + 2 * num_kv_heads) * d
     if x.dim() != 2 or x.shape[0] != b * t or weight.shape != (width, x.shape[1]) or norm_weight.shape != x.shape[1:]:
         raise ValueError(f"qkv_rope_kv: x [{b * t}, hidden], weight [{width}, hidden], norm_weight [hidden]; got "
                          f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(norm_weight.shape)}")  # fmt: skip
     if x.stride(1) != 1 or weight.stride(1) != 1 or d & (d - 1) or d < 16:
         raise ValueError("qkv_rope_kv: unit stride along hidden and a power-of-two head dim >= 16")
-    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
-    if (q_norm is None) != (k_norm is None):
-        raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
     tiles = tiles or row_tiles_for(x, width, x.dtype, True, False, False, False)
     qkv = torch.empty(b * t, width, device=x.device, dtype=x.dtype)
     q = torch.empty(b * t, num_heads * d, device=x.device, dtype=x.dtype)

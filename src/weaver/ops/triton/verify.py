@@ -150,6 +150,20 @@ def _tree_rope_kv_kernel(
     tl.store(v_ptr + offset, b_v.to(v_ptr.dtype.element_ty), mask=mask_kv)
 
 
+def check_tree_rope(
+    cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor, depth: torch.Tensor, num_heads: int,
+    num_kv_heads: int, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
+) -> tuple[int, int, int, int]:
+    """The RoPE + K/V-write arguments of `tree_rope_kv_write` (and `qkv_rope.qkv_rope_kv`) checked: B, T, S, D."""
+    b, _, s, d = cache_k.shape
+    if depth.dim() != 2 or depth.shape[0] != b or lengths.shape != (b,):
+        raise ValueError(f"lengths must be [{b}] and depth [{b}, T], got {tuple(lengths.shape)}, {tuple(depth.shape)}")
+    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
+    if (q_norm is None) != (k_norm is None):
+        raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
+    return b, depth.shape[1], s, d
+
+
 def tree_rope_kv_write(
     qkv: torch.Tensor,  # [B T, (H + 2 Hkv) D]: the fused q | k | v projection, node-major per row
     cache_k: torch.Tensor,  # [B, Hkv, S, D], unit stride along D
@@ -166,16 +180,10 @@ def tree_rope_kv_write(
 ) -> torch.Tensor:
     """qk-norm + RoPE at lengths + depth; K/V of node j to slot lengths + j; returns q [B T, H D]: one launch."""
     check_device(qkv, cache_k, cache_v, lengths, depth, inv_freq)
-    b, _, s, d = cache_k.shape
-    if depth.dim() != 2 or depth.shape[0] != b or lengths.shape != (b,):
-        raise ValueError(f"lengths must be [{b}] and depth [{b}, T], got {tuple(lengths.shape)}, {tuple(depth.shape)}")
-    t = depth.shape[1]
+    b, t, s, d = check_tree_rope(cache_k, cache_v, lengths, depth, num_heads, num_kv_heads, q_norm, k_norm)
     width = (num_heads + 2 * num_kv_heads) * d
     if qkv.shape != (b * t, width) or qkv.stride(1) != 1:
         raise ValueError(f"qkv must be [{b * t}, {width}] with unit stride, got {tuple(qkv.shape)}")
-    _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
-    if (q_norm is None) != (k_norm is None):
-        raise ValueError("q_norm and k_norm come together (qk-norm) or not at all")
     q = torch.empty(b * t, num_heads * d, device=qkv.device, dtype=qkv.dtype)
     inv_freq = inv_freq.float().contiguous()
     if num_warps is None:
