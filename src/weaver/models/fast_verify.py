@@ -39,8 +39,9 @@ class FastVerifier(FusedPath):
     def __init__(self, model: Decoder) -> None:
         super().__init__(model)
         self.rope_attention = rope_in_attention()  # read once: a captured graph keeps what it launched
-        hd = model.config.head_dim  # qkv_rope_kv's column tiles are whole heads: a power of two >= 16
-        self.qkv_rope = os.environ.get("WEAVER_QKV_ROPE", "1") != "0" and hd >= 16 and hd & (hd - 1) == 0
+        from weaver.ops.triton.qkv_rope import head_dim_fits  # here, as FusedPath's kernels: triton-free imports
+
+        self.qkv_rope = os.environ.get("WEAVER_QKV_ROPE", "1") != "0" and head_dim_fits(model.config.head_dim)
 
     def __call__(
         self,

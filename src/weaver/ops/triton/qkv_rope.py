@@ -7,8 +7,9 @@ is `tree_rope_kv_write(fused_gemv(x, w_qkv, norm_weight=norm_w, row_tiles=True),
 of two, for trees past ROPE_ATTENTION_MAX_NODES (the weaver verify: 30 launches fewer a SmolLM2 verify).
 A program's column tile is one head (BLOCK_N = head dim) of q, k or v for BLOCK_M nodes. A q or k tile
 goes out to the qkv rows, comes back after a barrier (so each element can meet its RoPE partner, which
-another thread of the program computed), and goes through the same `_rope_rows` as `tree_rope_kv_write`,
-so the results are the two launches' bit for bit at the same tiles; a v tile goes straight to the cache.
+another thread of the program computed), and goes through the same `_rope_rows` as `tree_rope_kv_write`;
+a v tile goes straight to the cache. Under the interpreter the results are the two launches' bit for bit at
+the same tiles (tests); compiled, the one-graph rounds with it give the ar tokens (rounds/h200_v27).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from weaver.ops.triton._utils import check_device, interpreting
 from weaver.ops.triton.decode import GemmTiles, _round, gemm_rows_acc, pdl_gemm_options, row_tiles_for
 from weaver.ops.triton.verify import _rope_rows, check_tree_rope
 
-__all__ = ["qkv_rope_kv"]
+__all__ = ["head_dim_fits", "qkv_rope_kv"]
+
+
+def head_dim_fits(head_dim: int) -> bool:
+    """A program's column tile is one whole head: a power of two >= 16 (tl.dot, tl.arange)."""
+    return head_dim >= 16 and head_dim & (head_dim - 1) == 0
 
 
 @triton.jit
@@ -89,7 +95,7 @@ def qkv_rope_kv(
     if x.dim() != 2 or x.shape[0] != b * t or weight.shape != (width, x.shape[1]) or norm_weight.shape != x.shape[1:]:
         raise ValueError(f"qkv_rope_kv: x [{b * t}, hidden], weight [{width}, hidden], norm_weight [hidden]; got "
                          f"{tuple(x.shape)}, {tuple(weight.shape)}, {tuple(norm_weight.shape)}")  # fmt: skip
-    if x.stride(1) != 1 or weight.stride(1) != 1 or d & (d - 1) or d < 16:
+    if x.stride(1) != 1 or weight.stride(1) != 1 or not head_dim_fits(d):
         raise ValueError("qkv_rope_kv: unit stride along hidden and a power-of-two head dim >= 16")
     tiles = tiles or row_tiles_for(x, width, x.dtype, True, False, False, False)
     qkv = torch.empty(b * t, width, device=x.device, dtype=x.dtype)
