@@ -101,7 +101,7 @@ def build(args: argparse.Namespace):
                         hidden_size=9 * 8, intermediate_size=96, vocab_size=args.vocab)
     llm = weaver.LLM.from_config(cfg, random_weights=True, seed=0, drafter="random:3", adapter="random:512",
                                  dtype=args.dtype)
-    import weaver.spec.weaver_builder  # noqa: F401  (registers the "weaver" builder)
+    import weaver.speculative.weaver_builder  # noqa: F401  (registers the "weaver" builder)
 
     spec = llm._speculative("weaver")
     return llm, spec
@@ -109,8 +109,8 @@ def build(args: argparse.Namespace):
 
 def count_round(llm, spec, method: str, budget: int, counter_ref: list) -> dict[str, OpCounter]:
     """Per-stage counters of the third round of `method` at `budget` (greedy)."""
-    from weaver.spec.sampling import SamplingParams
-    from weaver.spec.speculative import SpecConfig
+    from weaver.speculative.round import SpecConfig
+    from weaver.speculative.sampling import SamplingParams
 
     cfg = SpecConfig(method=method, budget=budget, rule="greedy", params=SamplingParams(), builder_options={})
     cache = llm.engine.cache_for(64 + 4 * (budget + 2))

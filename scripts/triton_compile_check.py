@@ -20,7 +20,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "0"  # before triton / weaver.ops.triton are imported
+os.environ["TRITON_INTERPRET"] = "0"  # before triton / weaver.kernels.triton are imported
 
 import importlib  # noqa: E402
 
@@ -29,17 +29,17 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from weaver.ops.triton._utils import next_pow2, precision_code  # noqa: E402
+from weaver.kernels.triton._utils import next_pow2, precision_code  # noqa: E402
 
-gt = importlib.import_module("weaver.ops.triton.gdn_tree")  # the module: the package exports a function so named
-tk = importlib.import_module("weaver.ops.triton.topk")
-na = importlib.import_module("weaver.ops.triton.node_attention")
-dc = importlib.import_module("weaver.ops.triton.decode")
-wf = importlib.import_module("weaver.ops.triton.weaver_frontier")
-vt = importlib.import_module("weaver.ops.triton.vocab_top1")
-vf = importlib.import_module("weaver.ops.triton.verify")
-pt = importlib.import_module("weaver.ops.triton.pool_top")
-qr = importlib.import_module("weaver.ops.triton.qkv_rope")
+gt = importlib.import_module("weaver.kernels.triton.gdn_tree")  # the module: the package exports a function so named
+tk = importlib.import_module("weaver.kernels.triton.topk")
+na = importlib.import_module("weaver.kernels.triton.node_attention")
+dc = importlib.import_module("weaver.kernels.triton.decode")
+wf = importlib.import_module("weaver.kernels.triton.weaver_frontier")
+vt = importlib.import_module("weaver.kernels.triton.vocab_top1")
+vf = importlib.import_module("weaver.kernels.triton.tree_attention")
+pt = importlib.import_module("weaver.kernels.triton.pool_top")
+qr = importlib.import_module("weaver.kernels.triton.qkv_rope")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):

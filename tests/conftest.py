@@ -1,15 +1,20 @@
+import os
 import sys
 from pathlib import Path
 
-# Test helper modules (e.g. tests/models/hf_reference.py) import by bare name.
-for sub in ("models", "spec", "ops"):
-    sys.path.insert(0, str(Path(__file__).parent / sub))
+import torch
+
+# Without CUDA the Triton kernels run under the interpreter; triton reads TRITON_INTERPRET when a kernel is
+# decorated, so it is set here, before any test module imports weaver.kernels.triton (a preset value wins).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+sys.path.insert(0, str(Path(__file__).parent))  # `helpers` (shared fixtures) imports by name
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` need CUDA; on a CPU machine (where `make test` deselects them anyway) say so."""
     import pytest
-    import torch
 
     if torch.cuda.is_available():
         return

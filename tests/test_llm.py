@@ -7,7 +7,7 @@ import torch
 
 import weaver
 from weaver.models.presets import preset_config
-from weaver.spec.sampling import SamplingParams, process_logits
+from weaver.speculative.sampling import SamplingParams, process_logits
 
 
 @pytest.fixture(scope="module", params=["tiny-llama", "tiny-qwen3_5"])
@@ -54,7 +54,7 @@ def test_sampling_follows_the_target_distribution():
     counts = torch.zeros_like(probs)
     n = 3000
     gen = torch.Generator().manual_seed(0)
-    from weaver.spec.sampling import sample_from_probs
+    from weaver.speculative.sampling import sample_from_probs
 
     for _ in range(n):
         counts[sample_from_probs(probs, gen)] += 1

@@ -2,7 +2,7 @@
 
     python3 scripts/gpu/decode_sweep.py > $OUT/decode_sweep.txt
 Prints, per GEMV shape, the default `gemv_config` time and the best few configurations, then the
-attention kernel per BLOCK_S. Used to tune `weaver.ops.triton.decode.gemv_config`.
+attention kernel per BLOCK_S. Used to tune `weaver.kernels.triton.decode.gemv_config`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import itertools
 import torch
 from triton.testing import do_bench_cudagraph
 
-from weaver.ops.triton.decode import decode_attention, fused_gemv, gemv_config
+from weaver.kernels.triton.decode import decode_attention, fused_gemv, gemv_config
 
 HIDDEN, INTER, VOCAB, H, HKV, D = 576, 1536, 49152, 9, 3, 64
 SHAPES = {  # name: (N rows of W, K, kwargs)

@@ -10,8 +10,8 @@ import sys
 import torch
 
 from weaver.bench.kernels import make_set, reference, rel_err
-from weaver.ops import triton as wt
-from weaver.ops.triton.gdn_tree import default_config
+from weaver.kernels import triton as wt
+from weaver.kernels.triton.gdn_tree import default_config
 
 CASES = [(T, kind, True) for T in (16, 32, 64, 128, 256) for kind in ("tree", "chain")]
 CASES += [(64, "tree", False), (128, "chain", False)]  # no initial state

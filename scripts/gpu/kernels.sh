@@ -29,6 +29,6 @@ fi
 
 if [ "${KERNELS_TESTS:-1}" = "1" ]; then
   WEAVER_TRITON_FULL=1 timeout "${KERNELS_TEST_TIMEOUT:-300}" python3 -m pytest -q -x -p no:cacheprovider \
-    tests/ops/test_triton_structure.py tests/ops/test_triton_conv.py tests/ops/test_triton_gdn.py \
+    tests/kernels/test_structure.py tests/kernels/test_conv.py tests/kernels/test_gdn.py \
     ${KERNELS_TEST_K:+-k "$KERNELS_TEST_K"} --durations=10 2>&1 | tee "$OUT/gpu_tests${KERNELS_TAG:+_$KERNELS_TAG}.log"
 fi

@@ -16,9 +16,9 @@ OUT=${OUT:-/tmp/pdl_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 (WEAVER_TRITON_FULL=1 timeout "${PD_TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -x -rf \
-  tests/ops/test_triton_verify.py tests/ops/test_triton_decode.py tests/ops/test_triton_pool_top.py \
-  tests/ops/test_triton_node_attention.py tests/ops/test_triton_weaver_frontier.py tests/ops/test_triton_vocab_top1.py \
-  tests/ops/test_triton_topk.py tests/ops/test_triton_structure.py tests/models/test_fast_verify.py \
+  tests/kernels/test_tree_attention.py tests/kernels/test_decode.py tests/kernels/test_pool_top.py \
+  tests/kernels/test_node_attention.py tests/kernels/test_weaver_frontier.py tests/kernels/test_vocab_top1.py \
+  tests/kernels/test_topk.py tests/kernels/test_structure.py tests/models/test_fast_verify.py \
   tests/models/test_fast_decode.py tests/spec/test_fast_drafter.py 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PD_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 profile before WEAVER_PDL=0

@@ -21,7 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import weaver
-from weaver.spec.round_graphs import STAGES
+from weaver.speculative.round_graphs import STAGES
 
 PROMPT = [(3 * j + 7) % 1000 for j in range(40)]
 

@@ -10,7 +10,7 @@ stages around its best three. Each config is compiled first by a pool of worker 
 cache carries the binaries over), then timed here: one CUDA graph of launches that cycle through enough
 copies of the weights (caches) to exceed the L2 cache, as in a real verify pass; median over replays, per
 launch. A config that fails to compile or run is reported, not fatal; a time budget bounds the run. Prints
-a table and the best config per shape; the JSON's "best" entry is the table `ops/triton/tuning.py` reads.
+a table and the best config per shape; the JSON's "best" entry is the table `kernels/triton/tuning.py` reads.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def make_inputs(kernel: str, name: str, m: int, copies: int) -> list[tuple]:
 
 def launch(kernel: str, name: str, config: tuple, args: tuple):
     """One kernel launch of a case with a launch config."""
-    from weaver.ops import triton as wt
-    from weaver.ops.triton.decode import GemmTiles
+    from weaver.kernels import triton as wt
+    from weaver.kernels.triton.decode import GemmTiles
 
     if kernel == "gemm_rows":
         x, w, nw, res = args
@@ -101,7 +101,7 @@ def launch(kernel: str, name: str, config: tuple, args: tuple):
 def default_config(kernel: str, name: str, m: int) -> tuple:
     """The config the kernel uses without a tuning table."""
     if kernel == "gemm_rows":
-        from weaver.ops.triton.decode import gemm_rows_config
+        from weaver.kernels.triton.decode import gemm_rows_config
 
         n, k, flags = GEMMS[name]
         return tuple(gemm_rows_config(n // 2 if "swiglu" in flags else n, k, m, torch.device("cuda")))
@@ -109,8 +109,8 @@ def default_config(kernel: str, name: str, m: int) -> tuple:
 
 
 def table_key(kernel: str, name: str, m: int) -> str:
-    """The shape key `ops/triton/tuning.py` looks up for this case."""
-    from weaver.ops.triton import tuning
+    """The shape key `kernels/triton/tuning.py` looks up for this case."""
+    from weaver.kernels.triton import tuning
 
     if kernel != "gemm_rows":
         return tuning.attention_key(m, H, HKV, D, BF16)
@@ -200,7 +200,7 @@ def precompile(tasks: list[tuple], jobs: int, deadline: float) -> dict[tuple, st
 
 def time_us(kernel: str, name: str, m: int, config: tuple, inputs: list[tuple], replays: int) -> float:
     """Median per-launch device time of one CUDA graph that launches every input set once."""
-    from weaver.spec.graphs import capture
+    from weaver.speculative.graphs import capture
 
     launch(kernel, name, config, inputs[0])  # compiles (or loads) outside the capture
     if DEVICE.type == "cpu":  # --cpu-smoke: the interpreter ran it; no device time to measure

@@ -18,8 +18,8 @@ from weaver.models.loading import build_model, init_random_weights, load_weights
 from weaver.models.presets import PRESETS, preset_config
 from weaver.models.registry import resolve_model_dir
 from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
-from weaver.spec.engine import Engine, RoundStats
-from weaver.spec.sampling import SamplingParams
+from weaver.speculative.engine import Engine, RoundStats
+from weaver.speculative.sampling import SamplingParams
 
 METHODS = ("ar", "chain", "ddtree", "weaver")
 SPEC_METHODS = ("chain", "ddtree", "weaver")
@@ -130,7 +130,7 @@ class LLM:
         self._spec = None
 
     def _speculative(self, method: str):
-        from weaver.spec.speculative import SpeculativeDecoder
+        from weaver.speculative.round import SpeculativeDecoder
 
         if self.drafter is None:
             raise GenerationConfigError(
@@ -141,7 +141,7 @@ class LLM:
                 raise GenerationConfigError(
                     "method 'weaver' needs a Weaver adapter: pass adapter=<checkpoint dir> or adapter='random'"
                 )
-            import weaver.spec.weaver_builder  # noqa: F401  (registers the "weaver" builder)
+            import weaver.speculative.weaver_builder  # noqa: F401  (registers the "weaver" builder)
         if self._spec is None:
             self._spec = SpeculativeDecoder(self.model, self.drafter, self.adapter, timer=self.engine._sync)
         return self._spec
@@ -224,8 +224,8 @@ class LLM:
         if method == "ar":
             rounds = self.engine.generate_ar(ids, max_new, params, seed, stats)
         else:
-            from weaver.spec.speculative import SpecConfig
-            from weaver.spec.verify import resolve_rule
+            from weaver.speculative.accept import resolve_rule
+            from weaver.speculative.round import SpecConfig
 
             spec = self._speculative(method)
             cfg = SpecConfig(method=method, budget=budget, rule=resolve_rule(verify, params, method),
@@ -273,7 +273,7 @@ def _load_drafter(spec: str | None, target: Decoder, seed: int):
     """None, "random[:layers]" (a random DFlash drafter for this target, 1 layer by default) or a checkpoint."""
     if spec is None:
         return None
-    from weaver.spec.drafter import DFlashDrafter
+    from weaver.speculative.drafter import DFlashDrafter
 
     size = _random_size(spec, default=1)
     if size is not None:
@@ -287,7 +287,7 @@ def _load_adapter(spec: str | None, target: Decoder, seed: int):
     """None, "random[:width]" (a random Weaver adapter for this target, width 64 by default) or a checkpoint."""
     if spec is None:
         return None
-    from weaver.spec.weaver import WeaverAdapter
+    from weaver.speculative.weaver import WeaverAdapter
 
     width = _random_size(spec, default=64)
     if width is not None:

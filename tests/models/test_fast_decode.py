@@ -57,7 +57,7 @@ def test_fast_decode_greedy_equals_reference_engine(preset):
 def test_fast_decode_with_pdl_equals_without(monkeypatch):
     """PDL only lets each launch start while the previous kernel ends (weight prefetch before its wait): a read
     before the wait of anything its predecessor writes would show as a difference here."""
-    from weaver.ops.triton._utils import pdl_launch
+    from weaver.kernels.triton._utils import pdl_launch
 
     if not pdl_launch(torch.device(DEVICE), 2):
         pytest.skip("this GPU has no programmatic dependent launch (before Hopper)")

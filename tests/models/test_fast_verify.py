@@ -106,7 +106,7 @@ def test_fast_verify_refuses_unsupported_models():
 @torch.no_grad()
 def test_given_ancestor_mask_is_used_as_is():
     """`ancestors=` (a DraftTree's mask; a chain's is an expanded tril view) gives the results of the built one."""
-    from weaver.spec.tree import DraftTree
+    from weaver.speculative.tree import DraftTree
 
     model = _model("tiny-llama")
     tree = DraftTree.chain(torch.tensor([3, 4], device=DEVICE), torch.tensor([[5, 6, 7], [8, 9, 10]], device=DEVICE))

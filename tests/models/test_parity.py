@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hf_reference import build_hf_and_ours, hf_logits
+from helpers.hf_reference import build_hf_and_ours, hf_logits
 
 from weaver.models.presets import preset_config
 

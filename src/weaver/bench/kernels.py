@@ -5,7 +5,7 @@ in a CUDA graph per input set; several input sets (each its own random tree and 
 than the L2) are replayed round-robin and the median of the per-replay event times is reported.
 
 Methods:
-  fused          weaver.ops.triton: build_tree_structure + gdn_tree (all stages, per layer)
+  fused          weaver.kernels.triton: build_tree_structure + gdn_tree (all stages, per layer)
   fused_kernel   gdn_tree alone with the structure prebuilt (what each layer pays when it is shared)
   per_branch     paper baseline: each root-to-leaf path from H0 by its own fla fused_recurrent call
   varlen         all root-to-leaf paths in one fla fused_recurrent call (cu_seqlens; H0 repeated per path
@@ -114,7 +114,7 @@ def make_set(T: int, kind: str, seed: int, dtype: torch.dtype, device: str) -> d
 
 # --------------------------------------------------------------------------------------------- methods
 def method_fused(s: dict, cfg=None, prebuilt: bool = False):
-    from weaver.ops import triton as wt
+    from weaver.kernels import triton as wt
 
     tree = wt.build_tree_structure(s["par"]) if prebuilt else None
 
@@ -128,7 +128,7 @@ def method_fused(s: dict, cfg=None, prebuilt: bool = False):
 
 def fused_fp32_out(s: dict, cfg=None) -> torch.Tensor:
     """The fused kernel's o in fp32 (its own arithmetic error, before rounding o to bf16)."""
-    from weaver.ops import triton as wt
+    from weaver.kernels import triton as wt
 
     o, _ = wt.gdn_tree(s["q"], s["k"], s["v"], s["g"], s["beta"], s["par"], initial_state=s["h0"], config=cfg,
                        out_dtype=torch.float32)  # fmt: skip
@@ -137,8 +137,8 @@ def fused_fp32_out(s: dict, cfg=None) -> torch.Tensor:
 
 def method_prep(s: dict):
     """The prep launch alone (Grams, G, diagonal inverses, state products), structure prebuilt."""
-    from weaver.ops import triton as wt
-    from weaver.ops.triton.gdn_tree import default_config, gdn_tree_fwd
+    from weaver.kernels import triton as wt
+    from weaver.kernels.triton.gdn_tree import default_config, gdn_tree_fwd
 
     tree = wt.build_tree_structure(s["par"])
     T, K, V = s["q"].shape[1], s["q"].shape[3], s["v"].shape[3]
@@ -148,7 +148,7 @@ def method_prep(s: dict):
 
 
 def method_structure(s: dict):
-    from weaver.ops import triton as wt
+    from weaver.kernels import triton as wt
 
     return lambda: wt.build_tree_structure(s["par"])
 
@@ -380,7 +380,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     import triton
 
-    from weaver.ops.triton.gdn_tree import default_config
+    from weaver.kernels.triton.gdn_tree import default_config
 
     try:
         import fla

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from weaver.models import backend
+from weaver.kernels import gdn as backend
 from weaver.models.attention import Attention
 from weaver.models.cache import GDNCache, ModelCache, allocate_cache
 from weaver.models.config import ModelConfig

@@ -40,7 +40,7 @@ class FusedPath:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"{self.what} does not support this model: {reason}")
-        from weaver.ops import triton as kernels  # imported here: the models layer must load without triton
+        from weaver.kernels import triton as kernels  # imported here: the models layer must load without triton
 
         self.kernels = kernels
         self.model = model

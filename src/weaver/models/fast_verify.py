@@ -39,7 +39,7 @@ class FastVerifier(FusedPath):
     def __init__(self, model: Decoder) -> None:
         super().__init__(model)
         self.rope_attention = rope_in_attention()  # read once: a captured graph keeps what it launched
-        from weaver.ops.triton.qkv_rope import head_dim_fits  # here, as FusedPath's kernels: triton-free imports
+        from weaver.kernels.triton.qkv_rope import head_dim_fits  # here, as FusedPath's kernels: triton-free imports
 
         self.qkv_rope = os.environ.get("WEAVER_QKV_ROPE", "1") != "0" and head_dim_fits(model.config.head_dim)
 

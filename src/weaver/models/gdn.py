@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from weaver.models import backend
+from weaver.kernels import gdn as backend
 from weaver.models.cache import GDNCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import GatedRMSNorm

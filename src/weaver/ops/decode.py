@@ -1,10 +1,10 @@
-"""Torch references of the fused single-token decode ops (the Triton versions: `weaver.ops.triton.decode`).
+"""Torch references of the fused single-token decode ops (the Triton versions: `weaver.kernels.triton.decode`).
 
 A batch-1 decode step of a small model is launch-bound, so the fast path runs each layer as five
 kernels: (norm + qkv GEMV), (qk-norm + rope + K/V write + attention), (o GEMV + residual),
 (norm + gate/up GEMV + SiLU*up), (down GEMV + residual). These references define what each fused
 kernel computes, with the rounding points of the unfused model code (`weaver.models`).
-The tree verify (`weaver.ops.triton.verify`) splits the attention kernel in two: K/V write, then
+The tree verify (`weaver.kernels.triton.tree_attention`) splits the attention kernel in two: K/V write, then
 tree attention (`tree_rope_kv_write_ref`, `tree_attention_ref`), and runs the GEMVs over B T rows.
 """
 

@@ -1,0 +1,126 @@
+r"""Commit fold of the GDN state along the accepted path (DESIGN §4.4), one Triton launch.
+
+For the accepted leaf l (the last valid entry of `path`)::
+
+    H* = exp(G_l) H0 + sum_{j on path} exp(G_l - G_j) k_j Delta_j^T
+
+from the per-node factors (k, Delta, G) that the tree pass kept; no replay of the layer. One program per
+(value block, batch row x value head) holds a [K, BV] fp32 block of the new state; the path is walked in
+chunks of BP nodes (only the valid ones) and each chunk adds one [K, BP] x [BP, BV] dot.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from weaver.kernels.triton._utils import check_device, interpreting, mm, next_pow2, precision_code
+from weaver.ops.gdn import GDNTreeAux
+
+__all__ = ["gdn_tree_commit"]
+
+
+@triton.jit(do_not_specialize=["T", "P"])
+def gdn_commit_kernel(
+    aux_k,
+    aux_delta,
+    aux_G,
+    path,
+    h0,
+    h_out,
+    T,
+    P,
+    H: tl.constexpr,
+    HV: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BP: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    USE_H0: tl.constexpr,
+    PREC: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    o_p = tl.arange(0, BP)
+
+    # number of valid entries (the path is right-padded with -1)
+    n = tl.sum(tl.where(tl.load(path + i_b * P + o_p, mask=o_p < P, other=-1) >= 0, 1, 0), 0)
+    for p0 in range(BP, P, BP):
+        b_node = tl.load(path + i_b * P + p0 + o_p, mask=p0 + o_p < P, other=-1)
+        n += tl.sum(tl.where(b_node >= 0, 1, 0), 0)
+    leaf = tl.load(path + i_b * P + tl.maximum(n - 1, 0)).to(tl.int64)
+    b_Gl = tl.load(aux_G + (i_b * T + leaf) * HV + i_hv, mask=(n > 0) & (leaf >= 0), other=0)
+
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        p_h = h0 + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :]
+        b_h = tl.exp(b_Gl) * tl.load(p_h, mask=m_k[:, None] & m_v[None, :], other=0).to(tl.float32)
+    for p0 in range(0, n, BP):
+        b_node = tl.load(path + i_b * P + p0 + o_p, mask=p0 + o_p < n, other=-1).to(tl.int64)
+        m_p = b_node >= 0
+        b_Gj = tl.load(aux_G + (i_b * T + b_node) * HV + i_hv, mask=m_p, other=0)
+        b_w = tl.exp(tl.where(m_p, b_Gl - b_Gj, float("-inf")))
+        b_kj = tl.load(
+            aux_k + ((i_b * T + b_node[:, None]) * H + i_h) * K + o_k[None, :],
+            mask=m_p[:, None] & m_k[None, :],
+            other=0,
+        )
+        b_dj = tl.load(
+            aux_delta + ((i_b * T + b_node[:, None]) * HV + i_hv) * V + o_v[None, :],
+            mask=m_p[:, None] & m_v[None, :],
+            other=0,
+        )
+        b_h += mm(tl.trans(b_kj * b_w[:, None]), b_dj, PREC, INTERPRET)
+    tl.store(h_out + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :], b_h, mask=m_k[:, None] & m_v[None, :])
+
+
+def gdn_tree_commit(
+    aux: GDNTreeAux,
+    path: torch.Tensor,
+    initial_state: torch.Tensor | None,
+    *,
+    precision: str = "ieee",
+    BV: int = 32,
+) -> torch.Tensor:
+    """State after the last node of `path`; same contract as `weaver.ops.gdn.gdn_tree_commit`.
+
+    Args:
+        aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]) from `gdn_tree`.
+        path: integer tensor [B, P], node ids root..leaf, right-padded with -1 (>= 1 valid entry per row;
+            a row with none gives H0 back).
+        initial_state: [B, HV, K, V], the state passed to gdn_tree; None means zeros.
+        precision: fp32 dot precision of the fold ('ieee' default; see _utils.PRECISIONS).
+        BV: value columns per program.
+    Returns:
+        h: [B, HV, K, V] float32.
+    """
+    k, delta, G = aux
+    B, T, H, K = k.shape
+    HV, V = delta.shape[2], delta.shape[3]
+    if delta.shape[:2] != (B, T) or G.shape != (B, T, HV) or HV % H != 0:
+        raise ValueError(f"aux shapes disagree: k {tuple(k.shape)}, delta {tuple(delta.shape)}, G {tuple(G.shape)}")
+    if path.dim() != 2 or path.shape[0] != B or path.shape[1] < 1:
+        raise ValueError(f"path must be [B, P] with B = {B} and P >= 1, got {tuple(path.shape)}")
+    if initial_state is not None and initial_state.shape != (B, HV, K, V):
+        raise ValueError(f"initial_state must be [B, HV, K, V] = {(B, HV, K, V)}, got {tuple(initial_state.shape)}")
+    check_device(k, delta, G, path, initial_state)
+    k, delta, G = (x.float().contiguous() for x in (k, delta, G))
+    path = path.contiguous()
+    if initial_state is not None:
+        initial_state = initial_state.contiguous()
+    h = torch.empty(B, HV, K, V, dtype=torch.float32, device=k.device)
+    BV = min(BV, next_pow2(V))
+    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV)](
+        k, delta, G, path, initial_state if initial_state is not None else h, h, T, path.shape[1],
+        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=initial_state is not None,
+        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
+    )  # fmt: skip
+    return h

@@ -1,0 +1,523 @@
+"""Weaver: the small autoregressive adapter that re-scores the drafter's top-K pool along tree paths (DESIGN §7).
+
+Per round and batch row the inputs are the target's final-norm hidden h_tgt at the position that
+produced the root, the drafter's hidden states h_1..h_D and, per depth d, the top-K token ids of the
+drafter's logits with their raw logits (the prior). With E the target's embedding table and W_lm its
+LM head (`bind`):
+
+    prefix rows   u_0 = proposal_in(output_norm(h_tgt))
+                  u_d = proposal_in(output_norm(h_d)) + pos_emb[d-1]              d = 1..D
+    tree node     e_n = token_in(embed_norm(E[x_n])) + pos_emb[min(t_n, max_depth-1)]   t_n = depth of n
+    block         one (or `num_layers`) pre-norm transformer block(s) of width d_rank; the prefix rows
+                  attend causally among themselves, a node attends to every prefix row, its ancestors
+                  (root included) and itself; only the K/V of prefix rows and nodes are kept
+    query         q_n = lm_head_query_in(out_norm(y_n))                           [Ht]
+    pool score    logit_n(c) = prior_{t_n+1}(c) + <W_lm[c], q_n> = prior + R[c] . out_norm(y_n)
+                  with R = W_lm @ lm_head_query_in.weight  [V, d_rank], precomputed once by `bind`;
+                  a step gathers the K pool rows of R, never projects onto the full vocabulary
+    p_weaver(c | path to n) = softmax of logit_n over the K candidates of depth t_n + 1.
+
+Positions. `pos_emb` is a learned table [max_depth, d_rank]; row j is the position of pool j+1 (depth
+j+1, 1-based). The drafter row h_d adds row d-1 and a node at depth t adds row t, the row of the pool its
+query scores (depth t+1): the root (t = 0) shares a position with h_1, a depth-1 node with h_2, and so on;
+u_0 has none. This is what trymirai/sglang's `dflash_tfm.py` does (prefix `pos_emb[:steps]`, node
+`pos_emb[depth]` with the depth clamped to the table). uzu (the authors' on-device engine) uses RoPE
+instead; a checkpoint from it would need a different positional path.
+
+The config, the norms (float32 RMSNorm with bias) and the block live in `weaver.speculative.weaver_layers`.
+Parameter names follow the authors' checkpoint so it can be converted key for key.
+
+Two paths share the weights: `begin_round` + `step` grow a tree (static shapes, one batched call per
+expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (training, tests).
+
+Candidate table. A tree node's input row e_n depends only on its token and depth, and a node at depth t+1
+is always a candidate of pool t: so `begin_round(..., root=)` computes e_n and the first block's q/k/v for
+the root and all D*K pool candidates at once (two GEMMs over D*K rows, off the step's critical path), and
+a step given each node's candidate index (`cand`: 0 = the root, 1 + t*K + j = pool t's j-th candidate)
+gathers them instead of running embedding, norms and two GEMMs per call; `step_top` hands back the
+children's candidate indices. Without `root`, above CANDIDATE_TABLE_MAX_BYTES or off CUDA (unless
+`candidate_table` is set) the step computes them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from weaver.errors import CheckpointError
+from weaver.kernels.adapter_finish import fused_finish, fused_finish_ready
+from weaver.kernels.node_attention import attend_nodes
+from weaver.kernels.pool_top import fused_pool_top, fused_pool_top_push, fused_pool_top_ready
+from weaver.kernels.topk import topk_last
+from weaver.kernels.weaver_frontier import frontier_push
+from weaver.kernels.weaver_frontier import node_inputs as frontier_node_inputs
+from weaver.models.checkpoint import (
+    WEIGHTS_NAME,
+    check_complete,
+    checkpoint_dir,
+    copy_tensors,
+    read_config_json,
+    read_tensors,
+    write_checkpoint,
+)
+from weaver.models.config import ModelConfig
+from weaver.speculative.weaver_layers import WeaverBlock, WeaverConfig, WeaverNorm, masked_attention
+
+__all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
+
+CONFIG_NAME = "config.json"
+MODEL_TYPE = "weaver_adapter"
+CANDIDATE_TABLE_MAX_BYTES = 1 << 28  # per round: B (1 + D K) rows of e_n and q/k/v (SmolLM2 shapes: 31 MB a row)
+
+
+@dataclass
+class WeaverRound:
+    """One round's adapter state: prefix K/V, node K/V slots, visibility and the candidate pools.
+
+    Buffer column P + s holds node slot s (P = prefix rows = 1 + D). The caller assigns slots; a tree
+    builder uses slot = node index (root 0) and keeps a few spare slots for padding entries.
+    """
+
+    k: torch.Tensor  # [L, B, H, P + S, head_dim]
+    v: torch.Tensor  # [L, B, H, P + S, head_dim]
+    visible: torch.Tensor  # [B, S, P + S] bool: row s = what node s attends to (prefix + ancestors-or-self)
+    pool_ids: torch.Tensor  # [B, D, K] long: candidates of depth d+1 in row d
+    pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
+
+    prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
+    # the candidate table (module docstring): e_n [B, 1 + D K, d_rank] and the first block's q/k/v
+    # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None
+    cand_x: torch.Tensor | None = None
+    cand_qkv: torch.Tensor | None = None
+
+    @property
+    def prefix_len(self) -> int:
+        return self.pool_ids.shape[1] + 1
+
+    @property
+    def capacity(self) -> int:
+        return self.visible.shape[1]
+
+    @property
+    def depth(self) -> int:
+        return self.pool_ids.shape[1]
+
+
+class WeaverAdapter(nn.Module):
+    """The Weaver adapter (see the module docstring). Call `bind` with the target's E and W_lm before use."""
+
+    def __init__(self, config: WeaverConfig) -> None:
+        super().__init__()
+        self.config = cfg = config
+        # the fused Triton step kernels on CUDA (node attention, MLP GEMVs, scoring tail); torch elsewhere.
+        # H200 v9 (benchmarks/results/rounds/h200_v9): weaver round 2.555 -> 2.215 ms. WEAVER_FUSED_ADAPTER=0: off
+        self.fused_kernels = os.environ.get("WEAVER_FUSED_ADAPTER", "1") == "1"
+        # the candidate table: None = on CUDA only (on a CPU the D*K rows cost more than the steps they save);
+        # WEAVER_CANDIDATE_TABLE=1 / 0 forces it on / off
+        self.candidate_table: bool | None = {"1": True, "0": False}.get(os.environ.get("WEAVER_CANDIDATE_TABLE", ""))
+        ht, d = cfg.target_hidden, cfg.d_rank
+        self.output_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on h_tgt and h_1..h_D
+        self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
+        self.proposal_in = nn.Linear(ht, d)
+        self.token_in = nn.Linear(ht, d)
+        self.pos_emb = nn.Parameter(torch.zeros(cfg.max_depth, d))
+        self.blocks = nn.ModuleList(WeaverBlock(cfg) for _ in range(cfg.num_layers))
+        self.out_norm = WeaverNorm(d, cfg.rms_norm_eps, cfg.norm_bias)
+        self.lm_head_query_in = nn.Linear(d, ht, bias=False)
+        self._embed: torch.Tensor | None = None  # [V, Ht] the target's embedding table (a reference)
+        self.register_buffer("residual_lm_head", None, persistent=False)  # R [V, d_rank], set by bind
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    @torch.no_grad()
+    def random(
+        cls,
+        target_cfg: ModelConfig,
+        d_rank: int = 512,
+        num_heads: int = 8,
+        mlp_dim: int = 1024,
+        max_depth: int = 15,
+        pool_size: int = 512,
+        seed: int = 0,
+        *,
+        norm_bias: bool = True,
+        num_layers: int = 1,
+    ) -> WeaverAdapter:
+        """Deterministic random weights drawn on the CPU (same adapter on every device), fp32, on the CPU.
+
+        Matrices ~ N(0, 1/fan_in), so activations stay O(1); norms 1 + N(0, 0.1^2), biases and pos_emb
+        ~ N(0, 0.1^2) / N(0, 1): every part of the network changes the scores.
+        """
+        cfg = WeaverConfig(
+            target_hidden=target_cfg.hidden_size,
+            d_rank=d_rank,
+            num_heads=num_heads,
+            mlp_dim=mlp_dim,
+            max_depth=max_depth,
+            pool_size=pool_size,
+            norm_bias=norm_bias,
+            rms_norm_eps=target_cfg.rms_norm_eps,
+            num_layers=num_layers,
+        )
+        with torch.device("cpu"):
+            model = cls(cfg)
+        gen = torch.Generator().manual_seed(seed)
+        norm_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, WeaverNorm)}
+        for name, param in model.named_parameters():
+            noise = torch.randn(param.shape, generator=gen)
+            if name == "pos_emb":
+                param.copy_(noise)
+            elif param.ndim == 2:  # [out, in]
+                param.copy_(noise / math.sqrt(param.shape[1]))
+            elif name in norm_weights:
+                param.copy_(1.0 + 0.1 * noise)
+            else:  # biases (linears and norms)
+                param.copy_(0.1 * noise)
+        return model.eval()
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, device: torch.device | str = "cpu", dtype: torch.dtype | None = None
+    ) -> WeaverAdapter:
+        """Load `save_pretrained`'s directory (config.json + model.safetensors); problems -> CheckpointError."""
+        path = checkpoint_dir(path, "Weaver checkpoint")
+        raw = read_config_json(path, "Weaver checkpoint")
+        if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+            raise CheckpointError(f"{path / CONFIG_NAME} is not a Weaver adapter config (model_type {MODEL_TYPE!r})")
+        known = {f.name for f in fields(WeaverConfig)}
+        unknown = sorted(set(raw) - known - {"model_type"})
+        if unknown:
+            raise CheckpointError(f"{path / CONFIG_NAME}: unknown fields {unknown}")
+        try:
+            cfg = WeaverConfig(**{k: v for k, v in raw.items() if k in known})
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path / CONFIG_NAME}: {exc}") from None
+        tensors = read_tensors(path, "Weaver checkpoint")
+        with torch.device("cpu"):
+            model = cls(cfg)
+        params = dict(model.named_parameters())
+        check_complete(params, copy_tensors(params, tensors, path / WEIGHTS_NAME), path)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Write config.json and model.safetensors into `path` (created if needed)."""
+        write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self)
+
+    @torch.no_grad()
+    def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
+        """Attach the target's embedding table E [V, Ht] (kept by reference) and precompute
+        R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht].
+
+        Call again after changing lm_head_query_in or the target's weights, or moving the adapter.
+        """
+        ht = self.config.target_hidden
+        for name, t in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
+            if t.dim() != 2 or t.shape[1] != ht:
+                raise ValueError(f"{name} must be [V, target_hidden={ht}], got shape {tuple(t.shape)}")
+        if embed_weight.shape[0] != lm_head_weight.shape[0]:
+            raise ValueError(
+                f"embed_weight has {embed_weight.shape[0]} rows but lm_head_weight has {lm_head_weight.shape[0]}"
+            )
+        wq = self.lm_head_query_in.weight  # [Ht, d_rank]
+        vocab = lm_head_weight.shape[0]
+        r = torch.empty(vocab, self.config.d_rank, device=wq.device, dtype=wq.dtype)  # [V, d_rank]
+        chunk = 16384  # bounds the float32 temporaries for large vocabularies
+        for start in range(0, vocab, chunk):
+            rows = lm_head_weight[start : start + chunk].to(device=wq.device, dtype=torch.float32)
+            r[start : start + chunk] = (rows @ wq.float()).to(wq.dtype)
+        self.residual_lm_head = r
+        self._embed = embed_weight
+
+    @property
+    def is_bound(self) -> bool:
+        return self._embed is not None and self.residual_lm_head is not None
+
+    def _check_bound(self) -> None:
+        if not self.is_bound:
+            raise RuntimeError("WeaverAdapter is not bound to a target: call bind(embed_weight, lm_head_weight)")
+
+    # ------------------------------------------------------------ pieces
+    def prefix_rows(self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor) -> torch.Tensor:
+        """u_0..u_D: target_hidden [B, Ht], draft_hidden [B, D, Ht] -> [B, 1 + D, d_rank]."""
+        ref = self.pos_emb
+        depth = draft_hidden.shape[1]
+        h = torch.cat([target_hidden[:, None], draft_hidden], dim=1).to(device=ref.device, dtype=ref.dtype)
+        u = self.proposal_in(self.output_norm(h))  # [B, 1 + D, d_rank]
+        pos = torch.cat([torch.zeros_like(self.pos_emb[:1]), self.pos_emb[:depth]])  # [1 + D, d_rank]
+        return u + pos
+
+    def node_rows(self, tokens: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+        """e_n: tokens, depth [...] -> [..., d_rank] (token embedding + position of the pool it scores)."""
+        self._check_bound()
+        ref = self.pos_emb
+        emb = F.embedding(tokens.to(self._embed.device), self._embed).to(device=ref.device, dtype=ref.dtype)
+        pos = self.pos_emb[depth.clamp(min=0, max=self.config.max_depth - 1)]
+        return self.token_in(self.embed_norm(emb)) + pos
+
+    def score_pool(self, y: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor) -> torch.Tensor:
+        """Pool logits prior(c) + <W_lm[c], lm_head_query_in(out_norm(y))> through R's K gathered rows.
+
+        y [..., d_rank]; pool_ids, pool_prior [..., K] -> float32 [..., K]. No full-vocabulary projection.
+        """
+        self._check_bound()
+        query = self.out_norm(y)  # [..., d_rank]
+        rows = self.residual_lm_head[pool_ids.to(self.residual_lm_head.device)]  # [..., K, d_rank]
+        residual = torch.matmul(rows, query[..., None].to(rows.dtype)).squeeze(-1)  # [..., K]
+        return pool_prior.float() + residual.float()
+
+    def _check_round_inputs(
+        self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor
+    ) -> None:
+        ht, max_depth = self.config.target_hidden, self.config.max_depth
+        if target_hidden.dim() != 2 or target_hidden.shape[1] != ht:
+            raise ValueError(f"target_hidden must be [B, {ht}], got {tuple(target_hidden.shape)}")
+        b = target_hidden.shape[0]
+        if draft_hidden.dim() != 3 or draft_hidden.shape[0] != b or draft_hidden.shape[2] != ht:
+            raise ValueError(f"draft_hidden must be [{b}, D, {ht}], got {tuple(draft_hidden.shape)}")
+        depth = draft_hidden.shape[1]
+        if not 1 <= depth <= max_depth:
+            raise ValueError(f"draft_hidden has D={depth} rows; need 1 <= D <= max_depth={max_depth}")
+        if pool_ids.dim() != 3 or pool_ids.shape[:2] != (b, depth) or pool_prior.shape != pool_ids.shape:
+            raise ValueError(
+                f"pool_ids and pool_prior must both be [{b}, {depth}, K], "
+                f"got {tuple(pool_ids.shape)} and {tuple(pool_prior.shape)}"
+            )
+
+    # ------------------------------------------------------------ tree growth
+    @torch.no_grad()
+    def begin_round(
+        self,
+        target_hidden: torch.Tensor,  # [B, Ht] target final-norm hidden at the root's producer
+        draft_hidden: torch.Tensor,  # [B, D, Ht] drafter hidden h_1..h_D (D <= max_depth)
+        pool_ids: torch.Tensor,  # [B, D, K] long: top-K candidates per depth
+        pool_prior: torch.Tensor,  # [B, D, K] their raw drafter logits
+        capacity: int,  # S: node slots to preallocate (a builder: budget + 1 nodes + spare slots)
+        root: torch.Tensor | None = None,  # [B] long: the roots' tokens, to build the candidate table
+    ) -> WeaverRound:
+        """Run the prefix through the block(s), allocate the round's static buffers and, given the roots
+        (and within CANDIDATE_TABLE_MAX_BYTES), fill the candidate table."""
+        self._check_bound()
+        self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        cfg, ref = self.config, self.pos_emb
+        b, p = target_hidden.shape[0], draft_hidden.shape[1] + 1
+        shape = (cfg.num_layers, b, cfg.num_heads, p + capacity, cfg.head_dim)
+        k_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
+        v_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
+        visible = torch.zeros(b, capacity, p + capacity, dtype=torch.bool, device=ref.device)
+        visible[:, :, :p] = True
+        causal = torch.ones(p, p, dtype=torch.bool, device=ref.device).tril()[None, None]  # [1, 1, P, P]
+        x = self.prefix_rows(target_hidden, draft_hidden)  # [B, P, d_rank]
+        for layer, block in enumerate(self.blocks):
+            q, k, v = block.qkv(x)  # [B, H, P, hd]
+            k_buf[layer, :, :, :p], v_buf[layer, :, :, :p] = k, v
+            if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
+                x = block.finish(x, masked_attention(q, k, v, causal.expand(b, 1, p, p)))
+        state = WeaverRound(
+            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
+            prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
+        )
+        rows = 1 + pool_ids.shape[1] * pool_ids.shape[2]
+        wanted = ref.is_cuda if self.candidate_table is None else self.candidate_table
+        if root is not None and wanted and b * rows * 4 * cfg.d_rank * ref.element_size() <= CANDIDATE_TABLE_MAX_BYTES:
+            if root.shape != (b,):
+                raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
+            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1)], dim=1)  # [B, rows]
+            depth = torch.arange(rows, device=ref.device).sub(1).div(pool_ids.shape[2], rounding_mode="floor") + 1
+            state.cand_x = self.node_rows(tokens, depth.clamp(min=0).expand(b, rows))  # row 0: depth 0
+            first = self.blocks[0]
+            state.cand_qkv = first.qkv_proj(first.norm_attn(state.cand_x))
+        return state
+
+    @torch.no_grad()
+    def step(
+        self,
+        state: WeaverRound,
+        slot: torch.Tensor,  # [B, w] long: distinct node slots to write, per row
+        token: torch.Tensor,  # [B, w] long: the nodes' tokens
+        parent: torch.Tensor,  # [B, w] long: slot of each node's parent (already written), -1 for a root
+        depth: torch.Tensor,  # [B, w] long: the nodes' depths (root 0)
+        cand: torch.Tensor | None = None,  # [B, w] long: candidate-table rows of the nodes (module docstring)
+    ) -> torch.Tensor:
+        """Add w nodes per row and score their children: log p_weaver over the depth+1 pool, [B, w, K].
+
+        Each node attends to the prefix, its ancestors (the chain of `parent` slots, written by earlier
+        calls) and itself; its K/V are stored in its slot for its descendants. Nodes at depth >= D score
+        pool D (meaningless; the caller ignores them). One batched call, no host sync. With `cand` and a
+        candidate table the nodes' input rows and first q/k/v are gathered (same values, fewer kernels).
+        """
+        x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
+        return self._pool_logp(state, x, rows, pool)[0]
+
+    @torch.no_grad()
+    def step_top(
+        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor,
+        depth: torch.Tensor, c: int, cand: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`step`, keeping each node's best c children: log-probs [B, w, c] fp32 (descending), their token ids
+        and their candidate-table rows [B, w, c]. On CUDA the scoring tail is two fused Triton launches
+        (`weaver.kernels.pool_top`)."""
+        x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
+        return self._top(state, x, rows, pool, c)
+
+    @torch.no_grad()
+    def step_top_prepared(
+        self, state: WeaverRound, step: torch.Tensor, c: int, push: tuple[torch.Tensor, ...] | None = None,
+        inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, ...] | None:
+        """`step_top` for the device builder's Triton bookkeeping (`weaver.kernels.weaver_frontier`): step [6, B, w]
+        = slot, token, parent, depth, candidate row, pool row (padded); needs the candidate table. One launch
+        writes the nodes' visibility rows and first-block K/V and gathers their input rows and q; then the
+        block(s) and the scoring tail as in `step_top`, which here returns the children's pool indices (the
+        push turns them into candidate rows). With push = (f_score, f_item, f_logp, node ids, grow, score) the
+        children go into the builder's frontier instead (`frontier_push`; on CUDA inside the tail's second
+        launch) and nothing is returned. `inputs` = (x, q, mask) when the pop already ran the node inputs
+        (`frontier_pop_inputs`)."""
+        if state.cand_x is None:
+            raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
+        slot, pool = step[0], step[5]
+        b, w = slot.shape
+        x, q, mask = inputs or frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x,
+                                                    state.cand_qkv, state.k, state.v, 0, state.prefix_len)  # fmt: skip
+        rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
+        first = self.blocks[0]
+        q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
+        x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
+        if push is not None and self.fused_kernels and fused_pool_top_ready(x):
+            norm = self.out_norm
+            fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
+                                state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3])  # fmt: skip
+            return None
+        top = self._top(state, x, rows, pool, c, pool_index=True)
+        if push is None:
+            return top
+        frontier_push(*push, step, *top, state.pool_ids.shape[2])
+        return None
+
+    def _top(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int,
+        pool_index: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each node's best c children from its pool: log-probs, tokens and candidate-table rows [B, w, c]
+        (their indices in the pool with `pool_index`)."""
+        b, w = pool.shape
+        if self.fused_kernels and fused_pool_top_ready(x):
+            norm = self.out_norm
+            top_lp, top_tok, top_ix = fused_pool_top(
+                x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
+                state.pool_prior, pool.reshape(b * w), c,
+            )
+            top_lp, top_tok, top_ix = top_lp.view(b, w, c), top_tok.view(b, w, c), top_ix.view(b, w, c)
+        else:
+            logp, ids = self._pool_logp(state, x, rows, pool)
+            top_lp, top_ix = topk_last(logp, c)
+            top_tok = ids.gather(-1, top_ix)
+        if pool_index:
+            return top_lp, top_tok, top_ix
+        return top_lp, top_tok, 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix  # table rows
+
+    def _pool_logp(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """log p_weaver over each node's pool [B, w, K] (torch path) and the pool's token ids [B, w, K]."""
+        ids = state.pool_ids[rows, pool]
+        return torch.log_softmax(self.score_pool(x, ids, state.pool_prior[rows, pool]), dim=-1), ids
+
+    def _grow(
+        self, state: WeaverRound, slot: torch.Tensor, token: torch.Tensor, parent: torch.Tensor, depth: torch.Tensor,
+        cand: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The block(s) over w new nodes per row (K/V written to their slots): outputs [B, w, d_rank], the
+        batch-row index [B, w] and each node's pool row [B, w] (depth + 1, clamped to the last pool)."""
+        self._check_bound()
+        b, w = slot.shape
+        p, dev = state.prefix_len, state.visible.device
+        if token.shape != (b, w) or parent.shape != (b, w) or depth.shape != (b, w):
+            raise ValueError(
+                f"slot, token, parent, depth must all be [B, w] = {(b, w)}, got {tuple(token.shape)}, "
+                f"{tuple(parent.shape)}, {tuple(depth.shape)}"
+            )
+        slot, token, parent, depth = (t.to(dev).long() for t in (slot, token, parent, depth))
+        rows = torch.arange(b, device=dev)[:, None].expand(b, w)  # [B, w]
+        col = p + slot  # [B, w] buffer column of each node
+        # 1) visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus self
+        prefix = state.prefix_mask  # [P+S]
+        seen = torch.where(parent[..., None] >= 0, state.visible[rows, parent.clamp(min=0)], prefix)  # [B, w, P+S]
+        seen = seen.scatter(2, col[..., None], True)
+        state.visible[rows, slot] = seen
+        # 2) the block(s): write each node's K/V into its slot, then attend
+        table = cand is not None and state.cand_x is not None
+        if cand is not None and cand.shape != (b, w):
+            raise ValueError(f"cand must be [B, w] = {(b, w)}, got {tuple(cand.shape)}")
+        q0 = None
+        if table:  # the node rows and the first block's q/k/v from the table; its K/V written here
+            cand = cand.to(dev).long()
+            x = state.cand_x[rows, cand]  # [B, w, d_rank]
+            q0, k0, v0 = self.blocks[0].split_heads(state.cand_qkv[rows, cand])
+            state.k[0][rows, :, col] = k0.transpose(1, 2)  # [B, w, H, hd] into column P + slot
+            state.v[0][rows, :, col] = v0.transpose(1, 2)
+        else:
+            x = self.node_rows(token, depth)  # [B, w, d_rank]
+        x = self._blocks(state, x, rows, col, seen, q0)
+        # 3) children come from the pool of depth + 1
+        return x, rows, depth.clamp(max=state.depth - 1)
+
+    def _blocks(
+        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, col: torch.Tensor, seen: torch.Tensor,
+        q0: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The block(s) over the step's nodes: x [B, w, d_rank], their K/V columns col [B, w] and visibility
+        rows seen [B, w, P+S]. q0: the first block's q when its q/k/v came from the candidate table (its K/V
+        already written); else every block projects x and writes its K/V."""
+        b, w = col.shape
+        fused = self.fused_kernels and fused_finish_ready(x)
+        mask = seen if self.fused_kernels else seen[:, None]  # [B, w, P+S] (attend_nodes) or [B, 1, w, P+S]
+        attend = attend_nodes if self.fused_kernels else masked_attention
+        for layer, block in enumerate(self.blocks):
+            if layer == 0 and q0 is not None:
+                q = q0
+            else:
+                q, k, v = block.qkv(x)  # [B, H, w, hd]
+                state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
+                state.v[layer][rows, :, col] = v.transpose(1, 2)
+            attn = attend(q, state.k[layer], state.v[layer], mask)  # [B, H, w, hd]
+            if fused:  # three Triton GEMVs; attend_nodes' token-major output makes the reshape free
+                x = fused_finish(block, x.reshape(b * w, -1), attn.transpose(1, 2).reshape(b * w, -1)).view(b, w, -1)
+            else:
+                x = block.finish(x, attn)
+        return x
+
+    # ------------------------------------------------------------ teacher-forced chain
+    def forward(
+        self,
+        target_hidden: torch.Tensor,  # [B, Ht]
+        draft_hidden: torch.Tensor,  # [B, D, Ht]
+        tokens: torch.Tensor,  # [B, T] long: root, x_1, ..., x_{T-1}  (T <= D)
+        pool_ids: torch.Tensor,  # [B, D, K]
+        pool_prior: torch.Tensor,  # [B, D, K]
+    ) -> torch.Tensor:
+        """Pool logits along one path, teacher-forced: out[:, t] scores the depth-(t+1) pool given
+        root..x_t, float32 [B, T, K]. Differentiable (training); equals `step` along a chain."""
+        self._check_bound()
+        self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
+        b, t = tokens.shape
+        depth = draft_hidden.shape[1]
+        if not 1 <= t <= depth:
+            raise ValueError(f"tokens must be [B, T] with 1 <= T <= D={depth}, got {tuple(tokens.shape)}")
+        ref = self.pos_emb
+        node_depth = torch.arange(t, device=ref.device).expand(b, t)
+        x = torch.cat([self.prefix_rows(target_hidden, draft_hidden), self.node_rows(tokens, node_depth)], dim=1)
+        n = x.shape[1]  # P + T: a causal sequence (prefix causal; a chain node sees the prefix and its past)
+        causal = torch.ones(n, n, dtype=torch.bool, device=ref.device).tril()[None, None].expand(b, 1, n, n)
+        for block in self.blocks:
+            q, k, v = block.qkv(x)
+            x = block.finish(x, masked_attention(q, k, v, causal))
+        ids, prior = pool_ids[:, :t].to(ref.device), pool_prior[:, :t].to(ref.device)
+        return self.score_pool(x[:, n - t :], ids, prior)

@@ -1,0 +1,229 @@
+"""The `weaver_host` tree builder: batched best-first growth over cumulative Weaver log-probs (DESIGN §8).
+
+This is the host reference (Python heaps); the engine's `weaver` is its sync-free tensor version in
+weaver_builder_device.py, which importing this module registers. Both share `plan_weaver`.
+
+Score of a node = sum over its root path of log p_weaver(x_t | root..x_{t-1}), the adapter's conditional
+over the depth-t pool (top-K of the drafter's depth-t logits). Conditional log-probs are <= 0, so a child
+never outscores its parent and best-first pops are prefix-closed and topological.
+
+    run the adapter on the root                      -> pool distribution of depth 1
+    push the root's top-c children into the frontier (score = parent score + log p)
+    repeat: pop the best w frontier entries per row (fewer when the budget is nearly spent), append them as
+            nodes; if some of them can still grow (depth < D and the row's budget not spent), run ONE
+            batched adapter step for them and push each one's top-c children
+    until every row holds `budget` non-root nodes or its frontier is empty.
+
+w = 1 is exact best-first: the tree is the `budget` best nodes of the top-c-children universe. w > 1
+(paper code: w = ceil(budget/16)) trades exactness for about budget/w sequential adapter calls.
+Siblings are distinct (top-c of K distinct candidates); candidates whose log-prob is -inf are dropped.
+
+Data movement per adapter call: a [4, B, w] block of slots/tokens/parents/depths to the device and a
+[2, B, w, c] block of child log-probs/tokens back; the frontier is a Python heap per row (<= budget*c
+entries). The adapter's node slot of a tree node is its node index (root 0); slots budget+1 .. budget+w
+are scratch for padding entries. The output N = 1 + min(budget, c + c^2 + ... + c^D') with
+D' = min(D, max_depth) and c = min(c, K): a function of the arguments and shapes only.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import torch
+
+from weaver.errors import GenerationConfigError
+from weaver.speculative.builders import register_builder, trie_size
+from weaver.speculative.tree import DraftTree
+from weaver.speculative.weaver import WeaverAdapter, WeaverRound
+
+__all__ = ["WeaverPlan", "build_weaver", "plan_weaver", "weaver_tree_size"]
+
+# A frontier entry: (-score, tie-break counter, parent node, token, log p under the parent, depth,
+# candidate-table row)
+_Entry = tuple[float, int, int, int, float, int, int]
+# A node handed to the adapter: (entry index in its row's w-block, node id, token, parent node, depth,
+# candidate-table row)
+_Job = tuple[int, int, int, int, int, int]
+
+
+def weaver_tree_size(budget: int, depth: int, c: int) -> int:
+    """Non-root nodes of the output: min(budget, c + c^2 + ... + c^depth) (the whole c-ary trie if it fits)."""
+    return trie_size(budget, depth, c)
+
+
+@dataclass(frozen=True)
+class WeaverPlan:
+    """The static sizes of one weaver build, shared by the host and device builders (never data-dependent)."""
+
+    adapter: WeaverAdapter
+    target_hidden: torch.Tensor  # [B, Ht]
+    draft_hidden: torch.Tensor  # [B, D', Ht]
+    depth: int  # D' = min(D, max_depth): deepest node
+    k: int  # K: pool candidates per depth
+    c: int  # children pushed per expanded node (<= K)
+    width: int  # w: nodes expanded per adapter call
+    n: int  # N: output nodes per row, root included
+
+    def begin(self, marginals_logits: torch.Tensor, root: torch.Tensor) -> WeaverRound:
+        """Pools (top-K of the drafter's logits per depth, raw logits as prior), the adapter's prefix pass and
+        its candidate table."""
+        # [B, D', K] each; unsorted (any order names the same pool; the H200 skips a 19 us sort a round)
+        prior, ids = torch.topk(marginals_logits[:, : self.depth].float(), self.k, dim=-1, sorted=False)
+        return self.adapter.begin_round(
+            self.target_hidden, self.draft_hidden, ids, prior, self.n + self.width, root=root
+        )
+
+
+def plan_weaver(
+    root: torch.Tensor,
+    marginals_logits: torch.Tensor,
+    budget: int,
+    adapter: object,
+    target_hidden: torch.Tensor | None,
+    draft_hidden: torch.Tensor | None,
+    w: int | None,
+    c: int,
+    pool_size: int | None,
+    context: dict[str, object],
+) -> WeaverPlan:
+    """Check a weaver builder's arguments and resolve D', K, c, w and N (one place for both builders)."""
+    if root.dim() != 1:
+        raise ValueError(f"root must be [B], got shape {tuple(root.shape)}")
+    if marginals_logits.dim() != 3 or marginals_logits.shape[0] != root.shape[0]:
+        raise ValueError(
+            f"marginals_logits must be [B, D, V] with B = {root.shape[0]}, got {tuple(marginals_logits.shape)}"
+        )
+    if budget < 0:
+        raise ValueError(f"budget must be >= 0, got {budget}")
+    if draft_hidden is None:  # builders.py's docstring names the context key `drafter_hidden`
+        draft_hidden = context.get("drafter_hidden")  # type: ignore[assignment]
+    if not isinstance(adapter, WeaverAdapter) or target_hidden is None or not isinstance(draft_hidden, torch.Tensor):
+        raise GenerationConfigError(
+            "the weaver builder needs adapter=WeaverAdapter, target_hidden=[B, Ht] and draft_hidden=[B, D, Ht]"
+        )
+    if c < 1 or (w is not None and w < 1) or (pool_size is not None and pool_size < 1):
+        raise ValueError(f"w, c and pool_size must be >= 1, got w={w}, c={c}, pool_size={pool_size}")
+    _, D, V = marginals_logits.shape
+    depth = min(D, adapter.config.max_depth)  # D': deepest node
+    if draft_hidden.dim() != 3 or draft_hidden.shape[1] < depth:
+        raise ValueError(f"draft_hidden must be [B, >= {depth}, Ht], got {tuple(draft_hidden.shape)}")
+    k = min(pool_size or adapter.config.pool_size, V)
+    c = min(c, k)
+    width = min(w if w is not None else math.ceil(budget / 16), budget) or 1
+    n = 1 + weaver_tree_size(budget, depth, c)
+    return WeaverPlan(adapter, target_hidden, draft_hidden[:, :depth], depth, k, c, width, n)
+
+
+def _expand(
+    adapter: WeaverAdapter,
+    state: WeaverRound,
+    jobs: list[list[_Job]],  # per row: the nodes to add and score (at most w)
+    width: int,
+    num_nodes: int,
+    c: int,
+) -> tuple[list[list[list[float]]], list[list[list[int]]], list[list[list[int]]]]:
+    """One batched adapter step for `jobs`; returns each job's top-c children (log p [B][w][c], tokens,
+    candidate-table rows)."""
+    batch = len(jobs)
+    host = torch.empty(5, batch, width, dtype=torch.long)  # slot, token, parent, depth, candidate row
+    host[0] = num_nodes + torch.arange(width)  # scratch slots for padding entries
+    host[1], host[2], host[3], host[4] = 0, -1, 0, 0
+    for b, row in enumerate(jobs):
+        for i, node, token, parent, depth, cand in row:
+            host[:, b, i] = torch.tensor([node, token, parent, depth, cand])
+    dev = host.to(state.visible.device)
+    logp = adapter.step(state, dev[0], dev[1], dev[2], dev[3], dev[4])  # [B, w, K]
+    top_lp, top_ix = torch.topk(logp, c, dim=-1)  # [B, w, c]
+    rows = torch.arange(batch, device=dev.device)[:, None]
+    pool = dev[3].clamp(max=state.depth - 1)  # [B, w]
+    child = state.pool_ids[rows, pool].gather(-1, top_ix.to(dev.device))  # [B, w, c]
+    cand = 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix.to(dev.device)
+    out = torch.stack([top_lp.double(), child.double().to(top_lp.device), cand.double().to(top_lp.device)]).cpu()
+    return out[0].tolist(), out[1].long().tolist(), out[2].long().tolist()  # one transfer
+
+
+@register_builder("weaver_host")
+@torch.no_grad()
+def build_weaver(
+    root: torch.Tensor,  # [B] long
+    marginals_logits: torch.Tensor,  # [B, D, V] drafter logits; row d: depth d+1
+    budget: int,
+    *,
+    adapter: WeaverAdapter | None = None,
+    target_hidden: torch.Tensor | None = None,  # [B, Ht] target final-norm hidden at the root's producer
+    draft_hidden: torch.Tensor | None = None,  # [B, D, Ht] drafter hidden h_1..h_D
+    w: int | None = None,
+    c: int = 8,
+    pool_size: int | None = None,
+    **context: object,
+) -> DraftTree:
+    """Weaver tree of at most `budget` non-root nodes per row (see the module docstring).
+
+    w: nodes expanded per adapter call (default ceil(budget / 16)); c: children pushed per expanded node;
+    pool_size: K (default adapter.config.pool_size; at most V). draft_logprobs = log p_weaver(token | path).
+    `drafter_hidden=` is accepted as an alias of `draft_hidden=`.
+    """
+    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size, context)
+    B, depth, c, width, n = root.shape[0], plan.depth, plan.c, plan.width, plan.n
+    if n == 1:
+        return DraftTree.root_only(root)
+
+    # 1) pools and the round's prefix: top-K of the drafter's logits per depth, raw logits as the prior
+    adapter = plan.adapter
+    state = plan.begin(marginals_logits, root)
+
+    # 2) best-first growth on the host; node i of row b sits in adapter slot i
+    nodes: list[list[tuple[int, int, int, float]]] = [[] for _ in range(B)]  # (token, parent, depth, log p)
+    score: list[list[float]] = [[0.0] for _ in range(B)]  # cumulative log p per node, root 0
+    heaps: list[list[_Entry]] = [[] for _ in range(B)]
+    counter = 0
+
+    def push(jobs: list[list[_Job]]) -> None:
+        nonlocal counter
+        logp, child, cands = _expand(adapter, state, jobs, width, n, c)
+        for b, row in enumerate(jobs):
+            for i, node, _, _, node_depth, _ in row:
+                for lp, tok, cand in zip(logp[b][i], child[b][i], cands[b][i]):
+                    if lp > float("-inf"):
+                        counter += 1
+                        entry = (-(score[b][node] + lp), counter, node, tok, lp, node_depth + 1, cand)
+                        heapq.heappush(heaps[b], entry)
+
+    push([[(0, 0, int(tok), -1, 0, 0)] for tok in root.tolist()])
+    while True:
+        jobs: list[list[_Job]] = [[] for _ in range(B)]
+        popped = False
+        for b in range(B):
+            picks = []
+            for _ in range(min(width, budget - len(nodes[b]))):
+                if not heaps[b]:
+                    break
+                neg, _, parent, tok, lp, d, cand = heapq.heappop(heaps[b])
+                nodes[b].append((tok, parent, d, lp))
+                score[b].append(-neg)
+                picks.append((len(nodes[b]), tok, parent, d, cand))
+            popped |= bool(picks)
+            if len(nodes[b]) < budget:  # children of the last pops of a full row are never needed
+                jobs[b] = [(i, *pick) for i, pick in enumerate(picks) if pick[3] < depth]
+        if not popped:
+            break
+        if any(jobs):
+            push(jobs)
+
+    # 3) pack: [5, B, n] tokens, parents, depth, valid, draft_logprobs on the host; one transfer
+    out = torch.zeros(5, B, n, dtype=torch.float64)
+    out[1] = -1.0
+    out[3, :, 0] = 1.0
+    for b, row in enumerate(nodes):
+        if row:
+            cols = torch.tensor(row, dtype=torch.float64).T  # [4, m]: token, parent, depth, log p
+            out[[0, 1, 2, 4], b, 1 : len(row) + 1] = cols
+            out[3, b, 1 : len(row) + 1] = 1.0
+    out = out.to(root.device)
+    tokens = torch.cat([root[:, None].long(), out[0, :, 1:].long()], dim=1)  # [B, n]
+    return DraftTree(tokens, out[1].long(), out[2].long(), out[3].bool(), out[4].float())
+
+
+from weaver.speculative import weaver_builder_device as _device  # noqa: E402, F401  (registers "weaver")

@@ -1,0 +1,1 @@
+"""Shared test fixtures and set-up (no test module imports another test module)."""

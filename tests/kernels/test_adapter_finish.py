@@ -1,0 +1,84 @@
+"""The Weaver block's fused output projection + MLP (weaver.kernels.triton.adapter_finish) vs `WeaverBlock.finish`.
+
+CPU: the GEMV kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled,
+at the benchmark's adapter (d_rank 512, MLP 1024, 4-8 node rows), also through the custom op.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from weaver.kernels.adapter_finish import adapter_finish_op
+from weaver.kernels.triton.adapter_finish import adapter_finish
+from weaver.kernels.triton.decode import fused_gemv
+from weaver.speculative.weaver import WeaverBlock, WeaverConfig
+from weaver.testing import assert_close
+
+TOL = {torch.float32: 1e-5, torch.bfloat16: 3e-2}
+
+
+def _block(d: int, mlp: int, bias: bool, dtype: torch.dtype, seed: int) -> WeaverBlock:
+    """A WeaverBlock with random weights (norm weights and biases away from 1 / 0)."""
+    block = WeaverBlock(WeaverConfig(target_hidden=8, d_rank=d, num_heads=2, mlp_dim=mlp, norm_bias=bias))
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_(noise / p.shape[1] ** 0.5 if p.ndim == 2 else (1 + 0.1 * noise if "norm" in name else 0.1 * noise))
+    return block.to(DEVICE, dtype)
+
+
+def _finish(block: WeaverBlock, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    norm = block.norm_mlp
+    return adapter_finish(x, attn, block.o_proj.weight, norm.weight, norm.bias, norm.eps, block.fc1.weight,
+                          block.fc1.bias, block.fc2.weight, block.fc2.bias)  # fmt: skip
+
+
+@settings(max_examples=6 if FULL else 15, deadline=None)
+@given(
+    rows=st.sampled_from([4, 8]) if FULL else st.integers(1, 5),
+    d=st.sampled_from([512]) if FULL else st.sampled_from([8, 16, 24]),
+    mlp=st.sampled_from([1024]) if FULL else st.sampled_from([8, 20, 40]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    bias=st.booleans(),
+    seed=st.integers(0, 10_000),
+)
+def test_adapter_finish_matches_the_block(rows, d, mlp, dtype, bias, seed) -> None:
+    """Three GEMV launches give `WeaverBlock.finish` (its rounding points, within the dtype's tolerance)."""
+    block = _block(d, mlp, bias, dtype, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    x = (torch.randn(rows, d, generator=gen) * 2).to(DEVICE, dtype)
+    attn = torch.randn(rows, d, generator=gen).to(DEVICE, dtype)
+    with torch.no_grad():
+        want = block.finish(x[None], attn.view(1, rows, 2, d // 2).transpose(1, 2))[0]
+    got = _finish(block, x, attn)
+    assert got.dtype == dtype and got.shape == (rows, d)
+    assert_close("block output", want, got, TOL[dtype])
+
+
+@pytest.mark.skipif(not FULL, reason="the custom op launches compiled kernels (GPU run)")
+def test_adapter_finish_op_is_the_launcher() -> None:
+    block = _block(512, 1024, True, torch.bfloat16, 3)
+    x, attn = (torch.randn(4, 512, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    norm = block.norm_mlp
+    args = (x, attn, block.o_proj.weight, norm.weight, norm.bias, norm.eps, block.fc1.weight, block.fc1.bias,
+            block.fc2.weight, block.fc2.bias)  # fmt: skip
+    assert torch.equal(adapter_finish_op(*args), adapter_finish(*args))
+
+
+def test_fused_gemv_adapter_options_are_checked() -> None:
+    x, w = torch.randn(2, 16, device=DEVICE), torch.randn(8, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="per-row GEMV"):
+        fused_gemv(x, w, bias=torch.zeros(8, device=DEVICE), row_tiles=True)
+    with pytest.raises(ValueError, match="per-row GEMV"):
+        fused_gemv(x, torch.randn(16, 16, device=DEVICE), gelu=True, swiglu=True)
+    with pytest.raises(ValueError, match="norm_bias needs"):
+        fused_gemv(x, w, torch.ones(16, device=DEVICE), norm_bias=torch.zeros(16, device=DEVICE))
+    # bias alone: x @ W^T + b (the per-row GEMV, even at 16+ rows)
+    x16 = torch.randn(16, 16, device=DEVICE)
+    b = torch.randn(8, device=DEVICE)
+    assert_close("x W^T + b", x16 @ w.T + b, fused_gemv(x16, w, bias=b), 1e-5)
