@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+from weaver.options import RuntimeOptions
+
 _READY: list[bool] = []  # the answer of triton_ready, once known
 
 
@@ -31,3 +33,13 @@ def launch(op: Callable, module: str, launcher: str, *args):
     if torch.compiler.is_compiling():
         return op(*args)
     return getattr(importlib.import_module(module), launcher)(*args)
+
+
+def use_kernel(options: RuntimeOptions, *tensors: torch.Tensor) -> bool:
+    """Whether an op runs its Triton kernel: never with kernels="torch", always with "triton" (the interpreter
+    on CPU tensors), and with "auto" when every tensor is on CUDA and triton is there."""
+    if options.torch_only:
+        return False
+    if options.force_triton:
+        return True
+    return all(t.is_cuda for t in tensors) and triton_ready()

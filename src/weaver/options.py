@@ -1,0 +1,103 @@
+"""RuntimeOptions: the few switches a user or a debugger needs, in one object passed explicitly.
+
+    llm = weaver.LLM("smollm2", options=weaver.RuntimeOptions(kernels="torch"))   # the torch references
+    weaver generate "..." --kernels torch --cuda-graphs off                         # the same from the CLI
+    WEAVER_KERNELS=torch weaver generate "..."                                      # and from the environment
+
+This module is the only one in `weaver` that reads the environment (besides `WEAVER_HOME`, resolved by
+`weaver.models.registry.weaver_home`): `RuntimeOptions.from_env()` maps the variables below onto the fields,
+`weaver.LLM` uses it when no `options=` is given, and the CLI flags override it. Everything below the API
+(engine, round, builders, adapter, fast paths, kernels) receives the object, never the environment.
+
+    field        variable               values
+    kernels      WEAVER_KERNELS         auto | torch | triton
+    compile      WEAVER_COMPILE         1 | 0
+    cuda_graphs  WEAVER_CUDA_GRAPHS     round | stages | off
+    pdl          WEAVER_PDL             1 | 0
+    tuning       WEAVER_TRITON_TUNING   a verify_sweep.py JSON | none
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from weaver.errors import GenerationConfigError
+
+__all__ = ["KERNELS", "CUDA_GRAPHS", "RuntimeOptions", "triton_interpreting"]
+
+KERNELS = ("auto", "torch", "triton")
+CUDA_GRAPHS = ("round", "stages", "off")
+_BOOLS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """How weaver runs (never what it computes: every setting gives the same tokens)."""
+
+    # auto: the Triton kernels wherever they apply (CUDA with triton installed), torch elsewhere;
+    # torch: the torch references everywhere (debugging, and the reference a kernel is compared with);
+    # triton: the Triton kernels even on CPU tensors (under TRITON_INTERPRET=1: how the CPU tests run them)
+    kernels: Literal["auto", "torch", "triton"] = "auto"
+    # torch.compile the round's stages and the torch decode step before capture (CUDA only)
+    compile: bool = True
+    # CUDA-graph capture (CUDA only): one graph per round (the fast path), one per stage (a device time for
+    # each stage, four launches more a round), or none (eager)
+    cuda_graphs: Literal["round", "stages", "off"] = "round"
+    # programmatic dependent launch on Hopper and later: each kernel may start while its predecessor ends
+    pdl: bool = True
+    # launch configurations measured by scripts/gpu/verify_sweep.py: a JSON path, "none" for the built-in
+    # configurations, or None for the packaged table of this GPU (H200) when there is one
+    tuning: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kernels not in KERNELS:
+            raise GenerationConfigError(f"kernels must be one of {', '.join(KERNELS)}, got {self.kernels!r}")
+        if self.cuda_graphs not in CUDA_GRAPHS:
+            raise GenerationConfigError(
+                f"cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}"
+            )
+        if not isinstance(self.compile, bool) or not isinstance(self.pdl, bool):
+            raise GenerationConfigError(f"compile and pdl are booleans, got {self.compile!r} and {self.pdl!r}")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> RuntimeOptions:
+        """The options the environment asks for (module docstring), then `overrides` (None values ignored)."""
+        env = os.environ if env is None else env
+        fields: dict[str, object] = {}
+        if "WEAVER_KERNELS" in env:
+            fields["kernels"] = env["WEAVER_KERNELS"]
+        for name, var in (("compile", "WEAVER_COMPILE"), ("pdl", "WEAVER_PDL")):
+            if var in env:
+                value = env[var].strip().lower()
+                if value not in _BOOLS:
+                    raise GenerationConfigError(f"{var} must be 1 or 0, got {env[var]!r}")
+                fields[name] = _BOOLS[value]
+        if "WEAVER_CUDA_GRAPHS" in env:
+            fields["cuda_graphs"] = env["WEAVER_CUDA_GRAPHS"]
+        if env.get("WEAVER_TRITON_TUNING"):
+            fields["tuning"] = env["WEAVER_TRITON_TUNING"]
+        fields.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**fields)
+
+    def replace(self, **changes: object) -> RuntimeOptions:
+        """A copy with `changes` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def torch_only(self) -> bool:
+        """True when every op must run its torch reference."""
+        return self.kernels == "torch"
+
+    @property
+    def force_triton(self) -> bool:
+        """True when the Triton kernels run even on CPU tensors (the interpreter)."""
+        return self.kernels == "triton"
+
+
+def triton_interpreting() -> bool:
+    """True when triton runs kernels in its interpreter (TRITON_INTERPRET=1, which triton itself reads)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
