@@ -10,6 +10,7 @@ from weaver.errors import (
     UnsupportedArchitectureError,
     WeaverError,
 )
+from weaver.options import RuntimeOptions
 
 __version__ = "0.1.0"
 
@@ -18,6 +19,7 @@ __all__ = [
     "CheckpointError",
     "GenerationConfigError",
     "PromptError",
+    "RuntimeOptions",
     "UnknownModelError",
     "UnsupportedArchitectureError",
     "WeaverError",

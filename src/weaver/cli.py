@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from weaver.errors import WeaverError
+from weaver.options import add_runtime_arguments, runtime_options
 
 EXIT_USER_ERROR = 2
 
@@ -42,13 +43,15 @@ def _add_generate(sub) -> None:
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: bf16 on cuda, fp32 on cpu)")
+    add_runtime_arguments(p)
     p.set_defaults(func=_cmd_generate)
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     import weaver
 
-    kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter)
+    kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter,
+              options=runtime_options(args))
     if args.random_weights:
         llm = weaver.LLM.from_config(args.model, random_weights=True, **kw)
     else:

@@ -18,11 +18,13 @@ from weaver.models.loading import build_model, init_random_weights, load_weights
 from weaver.models.presets import PRESETS, preset_config
 from weaver.models.registry import resolve_model_dir
 from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
+from weaver.options import RuntimeOptions
+from weaver.speculative.accept import resolve_rule
 from weaver.speculative.engine import Engine, RoundStats
+from weaver.speculative.round import RoundConfig
 from weaver.speculative.sampling import SamplingParams
 
 METHODS = ("ar", "chain", "ddtree", "weaver")
-SPEC_METHODS = ("chain", "ddtree", "weaver")
 _DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
            "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
@@ -78,13 +80,16 @@ class LLM:
         dtype: str | torch.dtype | None = None,
         max_model_len: int | None = None,
         auto_pull: bool = True,
+        options: RuntimeOptions | None = None,
     ) -> None:
+        """`options`: how it runs (kernels, compile, CUDA graphs, PDL, tuning); default: from the environment."""
+        options = RuntimeOptions.from_env() if options is None else options
         model_dir = resolve_model_dir(model, auto_pull=auto_pull)
         cfg = load_config(model_dir)
         dev = resolve_device(device)
-        target = load_weights(build_model(cfg, dev, resolve_dtype(dtype, dev)), model_dir)
+        target = load_weights(build_model(cfg, dev, resolve_dtype(dtype, dev), options), model_dir)
         tokenizer = HFTokenizer(model_dir, config_eos=cfg.eos_token_id)
-        self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed)
+        self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed, options)
 
     @classmethod
     def from_config(
@@ -98,8 +103,10 @@ class LLM:
         dtype: str | torch.dtype | None = None,
         max_model_len: int | None = None,
         tokenizer: Tokenizer | None = None,
+        options: RuntimeOptions | None = None,
     ) -> LLM:
         """A model built from a HF config dict, a config.json path, or a preset name (random weights)."""
+        options = RuntimeOptions.from_env() if options is None else options
         if not random_weights:
             raise GenerationConfigError("from_config builds random weights; use LLM(path) for a checkpoint")
         if isinstance(cfg, dict):
@@ -109,42 +116,38 @@ class LLM:
         else:
             model_cfg = load_config(cfg)
         dev = resolve_device(device)
-        target = init_random_weights(build_model(model_cfg, dev, resolve_dtype(dtype, dev)), seed=seed)
+        target = init_random_weights(build_model(model_cfg, dev, resolve_dtype(dtype, dev), options), seed=seed)
         self = cls.__new__(cls)
         tok = tokenizer
         if tok is None and model_cfg.vocab_size >= 256:
             tok = ByteTokenizer(model_cfg.vocab_size, model_cfg.eos_token_id)
-        self._setup(target, tok, "random", max_model_len, drafter, adapter, seed)
+        self._setup(target, tok, "random", max_model_len, drafter, adapter, seed, options)
         return self
 
-    def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed) -> None:
+    def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed, options) -> None:
         self.model = fuse_projections(target)
         self.tokenizer = tokenizer
         self.name = name
         self.config = target.config
+        self.options = options
         self.context_len = min(target.config.max_position_embeddings, max_model_len or 1 << 62)
-        self.engine = Engine(target)
         self.seed = seed
         self.drafter = _load_drafter(drafter, target, seed)
         self.adapter = _load_adapter(adapter, target, seed)
-        self._spec = None
+        self.engine = Engine(target, options, drafter=self.drafter, adapter=self.adapter)
 
-    def _speculative(self, method: str):
-        from weaver.speculative.round import SpeculativeDecoder
-
-        if self.drafter is None:
+    def _check_method(self, method: str) -> None:
+        """The draft models a method needs are there."""
+        if method not in METHODS:
+            raise GenerationConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        if method != "ar" and self.drafter is None:
             raise GenerationConfigError(
                 f"method {method!r} needs a drafter: pass drafter=<checkpoint dir> or drafter='random'"
             )
-        if method == "weaver":
-            if self.adapter is None:
-                raise GenerationConfigError(
-                    "method 'weaver' needs a Weaver adapter: pass adapter=<checkpoint dir> or adapter='random'"
-                )
-            import weaver.speculative.weaver_builder  # noqa: F401  (registers the "weaver" builder)
-        if self._spec is None:
-            self._spec = SpeculativeDecoder(self.model, self.drafter, self.adapter, timer=self.engine._sync)
-        return self._spec
+        if method == "weaver" and self.adapter is None:
+            raise GenerationConfigError(
+                "method 'weaver' needs a Weaver adapter: pass adapter=<checkpoint dir> or adapter='random'"
+            )
 
     @property
     def eos_token_ids(self) -> list[int]:
@@ -204,8 +207,7 @@ class LLM:
         """Generate up to `max_new_tokens`; stops on EOS (unless ignore_eos, for benchmarks) or a stop
         string. `on_text` streams text. `builder_options` go to the tree builder (e.g. {"w": 4, "c": 8}).
         """
-        if method not in METHODS:
-            raise GenerationConfigError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        self._check_method(method)
         if max_new_tokens < 1:
             raise GenerationConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if budget < 1:
@@ -221,16 +223,10 @@ class LLM:
         finish = "length"
         t0 = time.perf_counter()
         seed = self.seed if seed is None else seed
-        if method == "ar":
-            rounds = self.engine.generate_ar(ids, max_new, params, seed, stats)
-        else:
-            from weaver.speculative.accept import resolve_rule
-            from weaver.speculative.round import SpecConfig
-
-            spec = self._speculative(method)
-            cfg = SpecConfig(method=method, budget=budget, rule=resolve_rule(verify, params, method),
-                             params=params, builder_options=dict(builder_options or {}))
-            rounds = self.engine.generate_speculative(spec, ids, max_new, cfg, seed, stats)
+        cfg = RoundConfig(method=method, budget=0 if method == "ar" else budget,
+                          rule=resolve_rule(verify, params, method), params=params,
+                          builder_options=tuple(sorted((builder_options or {}).items())))  # fmt: skip
+        rounds = self.engine.generate(ids, cfg, max_new, seed, stats)
         try:
             for new in rounds:
                 for tok in new:

@@ -19,6 +19,7 @@ This module is the only one in `weaver` that reads the environment (besides `WEA
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -27,7 +28,9 @@ from typing import Literal
 
 from weaver.errors import GenerationConfigError
 
-__all__ = ["KERNELS", "CUDA_GRAPHS", "RuntimeOptions", "triton_interpreting"]
+__all__ = [
+    "CUDA_GRAPHS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options", "triton_interpreting",
+]
 
 KERNELS = ("auto", "torch", "triton")
 CUDA_GRAPHS = ("round", "stages", "off")
@@ -101,3 +104,24 @@ class RuntimeOptions:
 def triton_interpreting() -> bool:
     """True when triton runs kernels in its interpreter (TRITON_INTERPRET=1, which triton itself reads)."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
+    """The RuntimeOptions flags (each overrides its WEAVER_* environment variable)."""
+    g = parser.add_argument_group("runtime options (how it runs, never what it computes)")
+    g.add_argument("--kernels", choices=KERNELS, default=None,
+                   help="auto: Triton kernels where they apply (CUDA); torch: the torch references everywhere; "
+                        "triton: the kernels even on CPU (interpreter)")  # fmt: skip
+    g.add_argument("--no-compile", dest="compile", action="store_false", default=None,
+                   help="do not torch.compile the round stages (CUDA)")
+    g.add_argument("--cuda-graphs", choices=CUDA_GRAPHS, default=None,
+                   help="round: one graph per round (default); stages: one per stage; off: eager")
+    g.add_argument("--no-pdl", dest="pdl", action="store_false", default=None,
+                   help="launch kernels without programmatic dependent launch (Hopper)")
+    g.add_argument("--tuning", default=None, help="launch-config table from scripts/gpu/verify_sweep.py, or 'none'")
+
+
+def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
+    """The environment's RuntimeOptions with the command line's flags on top."""
+    return RuntimeOptions.from_env(kernels=args.kernels, compile=args.compile, cuda_graphs=args.cuda_graphs,
+                                   pdl=args.pdl, tuning=args.tuning)  # fmt: skip

@@ -20,6 +20,8 @@ import sys
 
 import torch
 
+from weaver.options import add_runtime_arguments, runtime_options
+
 PROMPTS = [
     "Explain how a hash map works.",
     "Write a short story about a lighthouse keeper.",
@@ -40,12 +42,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--out", default=None, help="JSON report path (a .md table is written next to it)")
+    add_runtime_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     import weaver
 
-    kw = dict(device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter)
+    kw = dict(device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter,
+              options=runtime_options(args))
     if args.random_weights:
         llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, **kw)
         prompts = [[(7 * i + 3 * j) % llm.config.vocab_size for j in range(12)] for i in range(len(PROMPTS))]
@@ -94,17 +98,16 @@ def measure(llm, prompts: list, method: str, budget: int, args: argparse.Namespa
     Captured rounds run twice: as ONE graph per round (tok/s and the round's device time) and as five
     graphs (each stage's device time). Eager rounds give both from one run (host clocks around stages).
     """
-    mode = llm.engine.round_graphs  # the engine's default (WEAVER_ROUND_GRAPHS) comes back afterwards
-    llm.engine.round_graphs = "round"
+    options = llm.engine.options  # the run's own options come back afterwards
     try:
         run = generate_all(llm, prompts, method, budget, args)
-        graphed = method != "ar" and bool(getattr(llm._spec, "last_round_graphed", False))
+        graphed = method != "ar" and "round" in run["samples"]
         stages = run["samples"]
         if graphed:
-            llm.engine.round_graphs = "stages"
+            llm.engine.options = options.replace(cuda_graphs="stages")
             stages = generate_all(llm, prompts, method, budget, args)["samples"]
     finally:
-        llm.engine.round_graphs = mode
+        llm.engine.options = options
     row = {"method": method, "budget": budget, "tau": run["emitted"] / max(run["rounds"], 1), "rounds": run["rounds"],
            "tok_per_s": len(prompts) * args.new_tokens / run["seconds"], "cuda_graphs": graphed}
     if method == "ar":  # one device time per chunk of decode steps: the mean step

@@ -1,7 +1,7 @@
 """Greedy top-1 over the vocabulary, on CUDA through a two-stage Triton reduction (weaver.kernels.triton.vocab_top1).
 
-    logp, index = top1_logprob(x)   # = torch.log_softmax(x.float(), -1).max(-1), x [..., V]
-    index = argmax_last(x)          # = x.argmax(-1)
+    logp, index = top1_logprob(x, options)   # = torch.log_softmax(x.float(), -1).max(-1), x [..., V]
+    index = argmax_last(x, options)          # = x.argmax(-1)
 
 The chain builder's drafts (and their log q) and the greedy target choice reduce rows of V = 49152 logits,
 1 to ~65 rows at a time; inductor/aten run one program per row with a long serial loop (10-18 us on the
@@ -9,22 +9,20 @@ H200). The Triton kernel splits each row over ~24 programs and combines their pa
 It is exposed as the custom op `weaver::vocab_top1` so compiled round stages call it as one opaque kernel
 (its fake impl gives the output shapes); eager calls launch it directly. This module imports without
 triton: the kernel module loads on first use, and both functions use torch unless CUDA and triton are
-both there and the rows are at least VOCAB_TOP1_MIN_V long (WEAVER_VOCAB_TOP1=0: torch everywhere).
+both there (`use_kernel`) and the rows are at least VOCAB_TOP1_MIN_V long.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from weaver.kernels.dispatch import launch, triton_ready
+from weaver.kernels.dispatch import launch, use_kernel
+from weaver.options import RuntimeOptions
 
 __all__ = ["VOCAB_TOP1_DTYPES", "VOCAB_TOP1_MIN_V", "argmax_last", "top1_logprob", "vocab_top1_op"]
 
 VOCAB_TOP1_MIN_V = 1024  # shorter rows: one torch reduction program a row is already short
 VOCAB_TOP1_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what the kernel reads
-KERNEL_ON = os.environ.get("WEAVER_VOCAB_TOP1", "1") != "0"  # read once: compiled stages fold it in
 
 
 @torch.library.custom_op("weaver::vocab_top1", mutates_args=())
@@ -40,10 +38,10 @@ def _vocab_top1_fake(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(x.shape[0], dtype=torch.float32), x.new_empty(x.shape[0], dtype=torch.int64)
 
 
-def _use_kernel(x: torch.Tensor) -> bool:
-    """CUDA rows long enough to split, of a dtype the kernel reads, with triton there."""
+def _use_kernel(x: torch.Tensor, options: RuntimeOptions) -> bool:
+    """Rows long enough to split, of a dtype the kernel reads, where the options allow the kernel."""
     long_rows = x.dim() >= 1 and x.shape[-1] >= VOCAB_TOP1_MIN_V
-    return KERNEL_ON and long_rows and x.is_cuda and x.dtype in VOCAB_TOP1_DTYPES and triton_ready()
+    return long_rows and x.dtype in VOCAB_TOP1_DTYPES and use_kernel(options, x)
 
 
 def _kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,17 +50,17 @@ def _kernel(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return logp.view(x.shape[:-1]), index.view(x.shape[:-1])
 
 
-def top1_logprob(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def top1_logprob(x: torch.Tensor, options: RuntimeOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """The best token of each row and its log-probability, for greedy drafts: x [..., V] -> (max log-softmax
     [...] float32, argmax [...] int64, the lowest index among equal maxima)."""
-    if _use_kernel(x):
+    if _use_kernel(x, options):
         return _kernel(x)
     best, index = torch.log_softmax(x.float(), dim=-1).max(dim=-1)
     return best, index
 
 
-def argmax_last(x: torch.Tensor) -> torch.Tensor:
+def argmax_last(x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
     """`x.argmax(-1)` (int64, lowest index among equal maxima) for the greedy target choice over the vocabulary."""
-    if _use_kernel(x):
+    if _use_kernel(x, options):
         return _kernel(x)[1]
     return x.argmax(dim=-1)

@@ -21,6 +21,7 @@ from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import rope_cos_sin, rope_inv_freq
 from weaver.models.step import StepInputs, build_step
+from weaver.options import RuntimeOptions
 
 
 @dataclass
@@ -65,9 +66,10 @@ class DecoderBody(nn.Module):
 class Decoder(nn.Module):
     """Causal LM with static caches and tree verification."""
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, options: RuntimeOptions | None = None) -> None:
         super().__init__()
         self.config = cfg
+        self.options = options or RuntimeOptions()  # the GDN / conv paths of every forward
         self.model = DecoderBody(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:
@@ -108,8 +110,9 @@ class Decoder(nn.Module):
             cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window(),
             ancestors=ancestors,
         )
+        step.options = self.options
         if step.is_tree and self.config.has_gdn:
-            step.tree_structure = backend.build_tree_structure(parents)
+            step.tree_structure = backend.build_tree_structure(parents, self.options)
         x = self.model.embed_tokens(tokens)
         rope = rope_cos_sin(step.positions, self.rope_inv_freq, x.dtype)
         captured = []
@@ -140,7 +143,7 @@ class Decoder(nn.Module):
         cache.compact_attention(src, dst)  # every attention layer at once
         for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
             if isinstance(layer_cache, GDNCache):
-                layer.linear_attn.commit(layer_cache, path)
+                layer.linear_attn.commit(layer_cache, path, self.options)
         cache.lengths.add_(num_accepted)
 
     def _sliding_window(self) -> int | None:

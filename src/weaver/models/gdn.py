@@ -16,6 +16,7 @@ from weaver.models.cache import GDNCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import GatedRMSNorm
 from weaver.models.step import StepInputs
+from weaver.options import RuntimeOptions
 
 
 class ConvWeight(nn.Module):
@@ -58,7 +59,7 @@ class GatedDeltaNet(nn.Module):
         # mixed: [B, T, C] raw pre-conv inputs
         weight = self.conv1d.weight[:, 0, :]  # [C, W]
         if step.is_tree:
-            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure)
+            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure, step.options)
         else:
             conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
             cache.conv.copy_(new_conv)
@@ -69,18 +70,18 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b_raw).float()
         g = -self.A_log.float().exp() * F.softplus(a_raw.float() + self.dt_bias.float())
         if step.is_tree:
-            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure)
+            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure, step.options)
             cache.aux, cache.tree_x = aux, mixed
         else:
-            o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state)
+            o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state, step.options)
             cache.state.copy_(new_state)
         z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)
         o = self.norm(o.to(x.dtype), z)
         return self.out_proj(o.reshape(b, t, self.value_dim))
 
-    def commit(self, cache: GDNCache, path: torch.Tensor) -> None:
+    def commit(self, cache: GDNCache, path: torch.Tensor, options: RuntimeOptions) -> None:
         """Fold the accepted path (node ids [B, P], -1 padded) into the state and the conv window."""
         if cache.aux is None or cache.tree_x is None:
             raise RuntimeError("GDN commit called without a preceding tree verify")
-        cache.state.copy_(backend.gdn_tree_commit(cache.aux, path, cache.state))
-        cache.conv.copy_(backend.conv_state_commit(cache.tree_x, path, cache.conv))
+        cache.state.copy_(backend.gdn_tree_commit(cache.aux, path, cache.state, options))
+        cache.conv.copy_(backend.conv_state_commit(cache.tree_x, path, cache.conv, options))

@@ -11,16 +11,20 @@ from weaver.models.checkpoint import check_complete, copy_tensors, read_weight_f
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
 from weaver.models.norm import GatedRMSNorm, RMSNorm
+from weaver.options import RuntimeOptions
 
 # Checkpoints of multimodal wrappers (Qwen3.5/3.6 VL) keep the text decoder under another prefix.
 _PREFIX_REWRITES = (("model.language_model.", "model."),)
 _SKIPPED_PREFIXES = ("model.visual.", "visual.", "mtp.", "model.mtp.")
 
 
-def build_model(cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+def build_model(
+    cfg: ModelConfig, device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+    options: RuntimeOptions | None = None,
+):
     """An uninitialised Decoder on `device` (fill it with `load_weights` or `init_random_weights`)."""
     with torch.device(device):
-        model = Decoder(cfg)
+        model = Decoder(cfg, options)
     return model.to(dtype=dtype).eval().requires_grad_(False)
 
 

@@ -45,6 +45,7 @@ import torch
 
 from weaver.errors import GenerationConfigError
 from weaver.kernels.vocab_top1 import argmax_last
+from weaver.options import RuntimeOptions
 from weaver.speculative.sampling import SamplingParams, sample_from_probs
 from weaver.speculative.tree import DraftTree
 
@@ -124,13 +125,15 @@ def accept_greedy(
     generator: torch.Generator | None = None,
     draft_probs: torch.Tensor | None = None,
     path_len: int | None = None,
+    options: RuntimeOptions | None = None,
 ) -> AcceptResult:
     """Follow the child equal to the target argmax; the first argmax no child carries is the bonus.
 
-    target_probs_or_logits: [B, N, V] (anything with the target's argmax). generator, draft_probs unused.
+    target_probs_or_logits: [B, N, V] (anything with the target's argmax). generator, draft_probs unused;
+    `options` pick the argmax's path (the vocabulary kernel or torch: the same tokens).
     """
     _check(tree, target_probs_or_logits, "target_probs_or_logits")
-    return _accept_by_choice(tree, argmax_last(target_probs_or_logits), path_len)
+    return _accept_by_choice(tree, argmax_last(target_probs_or_logits, options or RuntimeOptions()), path_len)
 
 
 def accept_target_only(

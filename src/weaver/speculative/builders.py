@@ -35,6 +35,7 @@ import torch
 
 from weaver.errors import GenerationConfigError
 from weaver.kernels.vocab_top1 import top1_logprob
+from weaver.options import RuntimeOptions
 from weaver.speculative.tree import DraftTree
 
 __all__ = [
@@ -96,7 +97,8 @@ def build_chain(
     """DFlash chain: the argmax of each marginal, D' = min(D, budget) drafts. Output N = D' + 1."""
     check_inputs(root, marginals_logits, budget)
     depth = min(marginals_logits.shape[1], budget)
-    best_logq, drafts = top1_logprob(marginals_logits[:, :depth])  # [B, D'] max log-softmax, [B, D'] argmax
+    options = context.get("options") or RuntimeOptions()
+    best_logq, drafts = top1_logprob(marginals_logits[:, :depth], options)  # [B, D'] max log-softmax, [B, D'] argmax
     return DraftTree.chain(root, drafts, best_logq)
 
 
@@ -194,3 +196,4 @@ def build_ddtree(
 # The device builders register "ddtree" (and weaver_builder.py's import registers "weaver"): the names the
 # engine uses are the sync-free versions; the host ones above stay as references ("*_host").
 from weaver.speculative import ddtree_device as _ddtree_device  # noqa: E402, F401
+from weaver.speculative import weaver_builder as _weaver_builder  # noqa: E402, F401

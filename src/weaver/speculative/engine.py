@@ -1,32 +1,45 @@
-"""The decoding loop: prefill, then rounds of (draft -> build -> verify -> accept -> commit).
+"""The generation loop: prefill, then rounds (`weaver.speculative.round.decode_round`) until the caller stops.
 
-Autoregressive decoding is the same loop with a one-node tree and no drafter. The engine works on
-token ids only (no text): it yields the tokens each round emits, and the caller decides when to stop
-(EOS, stop strings, max tokens) by closing the generator. Caches are preallocated per capacity
-bucket and reused; on CUDA the decode step is captured once per (capacity, sampling) as a CUDA graph.
+Every method runs through `Engine.generate` and the same loop: autoregressive decoding is a round of one node,
+a speculative method a round of a tree. The engine works on token ids only (no text): it yields the tokens
+each round emits, and the caller decides when to stop (EOS, stop strings, max tokens) by closing the
+generator. Caches are preallocated per capacity bucket and reused; on CUDA every configuration's round is
+compiled and captured once (`weaver.speculative.capture`) and replayed, keyed by (configuration, capacity,
+graph mode).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
 
-from weaver.errors import GenerationConfigError
+from weaver.kernels import launch_config
+from weaver.kernels.dispatch import use_kernel
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
-from weaver.models.fast_decode import FastDecoder, unsupported_reason
-from weaver.speculative.graphs import GraphedStep
+from weaver.options import RuntimeOptions
+from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_stages
 from weaver.speculative.readback import ChunkReadback
-from weaver.speculative.round_graphs import MODES, graphable
-from weaver.speculative.sampling import SamplingParams, sample_next_token
+from weaver.speculative.round import (
+    RoundConfig,
+    RoundState,
+    Stages,
+    ar_stages,
+    decode_round,
+    speculative_prefill,
+    speculative_stages,
+)
+from weaver.speculative.sampling import sample_next_token
 
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
 PREFILL_MIN_BUCKET = 16  # smallest padded prompt length (attention-only models)
-DECODE_LOOKAHEAD = 8  # decode steps queued per host sync
+AR_LOOKAHEAD = 8  # one-token rounds queued per host read-back on CUDA (a round's count is known: 1)
+# torch.compile'd before capture: every stage but verify, whose fused path is already a few launches a layer
+# (compiling accept and commit halves them on the H200); a fused draft is too
+COMPILED_STAGES = ("draft", "build", "accept", "commit")
 
 
 @dataclass
@@ -43,41 +56,47 @@ class RoundStats:
         self.stage_seconds[stage] = self.stage_seconds.get(stage, 0.0) + seconds
         self.stage_samples.setdefault(stage, []).append(seconds)
 
+    def add_round(self, emitted: int) -> None:
+        self.rounds += 1
+        self.emitted += emitted
+        while len(self.accepted_per_depth) < emitted:
+            self.accepted_per_depth.append(0)
+        self.accepted_per_depth[emitted - 1] += 1  # histogram: rounds that accepted emitted-1 drafts
+
     @property
     def tau(self) -> float:
         return self.emitted / self.rounds if self.rounds else 0.0
 
 
 class Engine:
-    """Runs generation for one target model; owns caches and captured graphs."""
+    """Runs generation for one target model (and its drafter / adapter); owns caches and captured rounds."""
 
     def __init__(
-        self,
-        model: Decoder,
-        use_cuda_graphs: bool | None = None,
-        compile: bool | None = None,
-        timing: bool = False,
-        fast_decode: bool | None = None,
+        self, model: Decoder, options: RuntimeOptions | None = None, drafter=None, adapter=None, timing: bool = False
     ) -> None:
-        self.model = model
+        self.model, self.drafter, self.adapter = model, drafter, adapter
+        self.options = options or RuntimeOptions()
         self.device = model.device
-        on_cuda = self.device.type == "cuda"
-        self.use_cuda_graphs = on_cuda if use_cuda_graphs is None else use_cuda_graphs
-        self.compile = (on_cuda and os.environ.get("WEAVER_COMPILE", "1") != "0") if compile is None else compile
-        self.timing = timing  # per-stage timers (synchronise the device; off for speed runs)
-        # captured speculative rounds: one graph per round ("round", the fast path) or one per stage
-        # ("stages", WEAVER_ROUND_GRAPHS=stages: per-stage device times); both checked on the H200
-        self.round_graphs = os.environ.get("WEAVER_ROUND_GRAPHS", "round")
-        if self.round_graphs not in MODES:
-            raise GenerationConfigError(f"WEAVER_ROUND_GRAPHS must be one of {MODES}, got {self.round_graphs!r}")
-        if fast_decode is None:  # fused Triton decode kernels on CUDA when the model allows them
-            fast_decode = on_cuda and os.environ.get("WEAVER_FAST_DECODE", "1") != "0"
-            fast_decode = fast_decode and unsupported_reason(model) is None
-        self.fast_decode = FastDecoder(model) if fast_decode else None
+        self.timing = timing  # per-stage times (device events or syncs; off for speed runs)
+        launch_config.configure(self.options)
+        self.fast_decode = _fast_decoder(model, self.options)
+        self._fast_verify = self._fast_draft = None
+        self._bound = False
         self._caches: dict[int, ModelCache] = {}
-        self._graphs: dict[tuple, GraphedStep] = {}
+        self._prefill_graphs: dict[tuple, GraphedStep] = {}
+        self._captured: dict[tuple, object] = {}  # RoundGraph / StageGraphs / AR step graph per configuration
 
-    # -- caches -------------------------------------------------------------------------------
+    # -- options ------------------------------------------------------------------------------------
+    @property
+    def cuda_graphs(self) -> str:
+        """The capture mode in force: "off" anywhere but CUDA."""
+        return self.options.cuda_graphs if self.device.type == "cuda" else "off"
+
+    @property
+    def compile(self) -> bool:
+        return self.options.compile and self.device.type == "cuda"
+
+    # -- caches -------------------------------------------------------------------------------------
     def cache_for(self, num_tokens: int) -> ModelCache:
         """A reset cache with room for `num_tokens` (rounded up to the capacity bucket)."""
         capacity = -(-num_tokens // CAPACITY_BUCKET) * CAPACITY_BUCKET
@@ -90,6 +109,87 @@ class Engine:
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    # -- the loop -----------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(
+        self, prompt_ids: list[int], cfg: RoundConfig, max_new_tokens: int, seed: int, stats: RoundStats
+    ) -> Iterator[list[int]]:
+        """Yield the prefill's token, then the tokens of each round (>= 1 each), until closed or max_new_tokens."""
+        runner = self._runner(prompt_ids, cfg, max_new_tokens, seed)
+        t0 = time.perf_counter()
+        first = runner.start()
+        stats.add_time("prefill", time.perf_counter() - t0)
+        yield [first]
+        remaining = max_new_tokens - 1  # tokens still wanted; every round emits at least one
+        readback = ChunkReadback(runner.lookahead, runner.width, self.device)
+        t_last = time.perf_counter()
+
+        def queue_chunk() -> None:
+            nonlocal remaining
+            count = min(runner.lookahead, remaining)
+            ring = readback.ring()
+            for i in range(count):
+                ring[i].copy_(runner.step()[0])
+            readback.submit(count)
+            if runner.fixed_count:  # one token a round: the chunk's tokens are known before it is read
+                remaining -= count
+
+        if remaining > 0:
+            queue_chunk()
+        while readback.pending:
+            if runner.fixed_count and remaining > 0 and self.device.type == "cuda":
+                queue_chunk()  # the next chunk runs on the device while the caller takes this one
+            rows = readback.collect()
+            now = time.perf_counter()
+            for stage, seconds in runner.stage_seconds(now - t_last).items():
+                stats.add_time(stage, seconds)
+            t_last = now
+            for row in rows:
+                tokens = row[: row.index(-1)] if -1 in row else row
+                stats.add_round(len(tokens))
+                if not runner.fixed_count:
+                    remaining -= len(tokens)
+                yield tokens
+            if remaining > 0 and not readback.pending:
+                queue_chunk()
+
+    def _runner(self, prompt_ids: list[int], cfg: RoundConfig, max_new_tokens: int, seed: int) -> _Runner:
+        generator = self._generator(seed)
+        if cfg.method == "ar":
+            cache = self.cache_for(len(prompt_ids) + max_new_tokens + 1)
+            return _Runner(self, cache, prompt_ids, cfg, generator, ar=True)
+        self._bind_draft_models()
+        cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)  # room for one tree
+        return _Runner(self, cache, prompt_ids, cfg, generator, ar=False)
+
+    def _bind_draft_models(self) -> None:
+        """The fused verify / draft paths and the adapter's view of the target, built on first speculative use."""
+        if self._bound:
+            return
+        from weaver.speculative.drafter import DFlashDrafter
+
+        self._fast_verify = _fast_verifier(self.model, self.options)
+        if isinstance(self.drafter, DFlashDrafter):
+            self._fast_draft = _fast_drafter(self.drafter, self.model, self.options)
+        if self.adapter is not None:
+            self.adapter.bind(self.model.model.embed_tokens.weight, self.model.lm_head.weight, options=self.options)
+        self._bound = True
+
+    def stages_for(self, cfg: RoundConfig, generator) -> Stages:
+        """The eager stage functions of `cfg`'s round."""
+        if cfg.method == "ar":
+            return ar_stages(self.model, cfg.params, generator, self.options, self.fast_decode)
+        return speculative_stages(self.model, self.drafter, self.adapter, cfg, generator, self.options,
+                                  fast_verify=self._fast_verify, fast_draft=self._fast_draft)  # fmt: skip
+
+    def compiled_stage_names(self, cfg: RoundConfig) -> tuple[str, ...]:
+        """Stages torch.compile'd before capture (none without compile)."""
+        if not self.compile:
+            return ()
+        if cfg.method == "ar":  # the torch step is many small kernels; the fused step is already few
+            return () if self.fast_decode is not None else ("verify", "accept", "commit")
+        return tuple(s for s in COMPILED_STAGES if not (s == "draft" and self._fast_draft is not None))
 
     # -- prefill ------------------------------------------------------------------------------------
     def prefill(self, cache: ModelCache, prompt_ids: list[int]) -> torch.Tensor:
@@ -114,107 +214,13 @@ class Engine:
             cache.lengths.copy_(start + count)  # the pads are not committed
             return out.logits[:, 0]
 
-        if not self.use_cuda_graphs:
+        if self.cuda_graphs == "off":
             return run(tokens, count)
-        key = ("prefill", cache.capacity, bucket)
-        if key not in self._graphs:
-            self._graphs[key] = GraphedStep(run, tokens, count)
+        key = (cache.capacity, bucket)
+        if key not in self._prefill_graphs:
+            self._prefill_graphs[key] = GraphedStep(run, tokens, count)
             cache.reset()
-        return self._graphs[key](tokens, count)
-
-    # -- autoregressive decoding ----------------------------------------------------------------
-    def _decode_step(self, cache: ModelCache, params: SamplingParams, generator):
-        """One token in, one token out (greedy argmax or an exact sample); graphed on CUDA."""
-
-        fast = self.fast_decode
-
-        def step(token: torch.Tensor) -> torch.Tensor:  # [1, 1] -> [1, 1]
-            logits = fast(token, cache) if fast is not None else self.model(token, cache).logits[:, -1]
-            return sample_next_token(logits, params, generator)[:, None]
-
-        if not self.use_cuda_graphs:
-            return step
-        key = ("decode", cache.capacity, params)
-        if key not in self._graphs:
-            if self.compile and fast is None:  # fuse the small kernels of the torch step, then capture
-                step = torch.compile(step, fullgraph=True, dynamic=False)
-            self._graphs[key] = GraphedStep(step, torch.zeros(1, 1, dtype=torch.long, device=self.device))
-            cache.reset()  # warm-up and capture advanced the cache; contents are reset, addresses kept
-        return self._graphs[key]
-
-    @torch.no_grad()
-    def generate_ar(
-        self,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        params: SamplingParams,
-        seed: int,
-        stats: RoundStats,
-    ) -> Iterator[list[int]]:
-        """Yield one list of new token ids per round (one token per round for AR)."""
-        cache = self.cache_for(len(prompt_ids) + max_new_tokens + 1)
-        generator = self._generator(seed)
-        step = self._decode_step(cache, params, generator)
-        # 1) prefill
-        t0 = time.perf_counter()
-        logits = self.prefill(cache, prompt_ids)
-        token = sample_next_token(logits, params, generator)[:, None]
-        first = int(token)
-        stats.add_time("prefill", time.perf_counter() - t0)
-        yield [first]
-        # 2) rounds: verify a one-node tree (the last token), accept the target's choice. Steps are
-        # queued DECODE_LOOKAHEAD at a time; chunk n+1 is queued before chunk n's tokens are read back,
-        # so the device never waits for the caller. The caller may stop early (extra tokens are dropped).
-        remaining = max_new_tokens - 1
-        # CPU: no device to keep busy, so one step per chunk and no look-ahead (nothing is wasted past EOS)
-        on_cuda = self.device.type == "cuda"
-        lookahead = DECODE_LOOKAHEAD if on_cuda else 1
-        readback = ChunkReadback(lookahead, self.device)
-        t_last = time.perf_counter()
-
-        def queue_chunk() -> None:
-            nonlocal token, remaining
-            chunk = min(lookahead, remaining)
-            ring = readback.ring()
-            for i in range(chunk):
-                token = step(token)
-                ring[i : i + 1].copy_(token[0])
-            readback.submit(chunk)
-            remaining -= chunk
-
-        if remaining > 0:
-            queue_chunk()
-        while readback.pending:
-            if remaining > 0 and on_cuda:  # chunk n+1 runs on the device while the caller takes chunk n
-                queue_chunk()
-            values = readback.collect()
-            now = time.perf_counter()
-            stats.add_time("verify", now - t_last)  # wall time per chunk (overlaps the caller's work)
-            t_last = now
-            for value in values:
-                stats.rounds += 1
-                stats.emitted += 1
-                yield [value]
-            if remaining > 0 and not readback.pending:
-                queue_chunk()
-
-    @torch.no_grad()
-    def generate_speculative(
-        self,
-        decoder,  # weaver.speculative.round.SpeculativeDecoder bound to this engine's model
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        cfg,  # weaver.speculative.round.SpecConfig
-        seed: int,
-        stats: RoundStats,
-    ) -> Iterator[list[int]]:
-        """Speculative rounds; the cache leaves room for one full tree past the committed tokens."""
-        cache = self.cache_for(len(prompt_ids) + max_new_tokens + cfg.budget + 2)
-        use_graphs = self.use_cuda_graphs and graphable(cfg, self.device)
-        yield from decoder.generate(
-            cache, prompt_ids, max_new_tokens, cfg, self._generator(seed), stats, use_graphs, self.timing,
-            self.round_graphs,
-        )
+        return self._prefill_graphs[key](tokens, count)
 
     def _generator(self, seed: int) -> torch.Generator | None:
         if self.device.type == "cuda":
@@ -222,3 +228,119 @@ class Engine:
             torch.cuda.manual_seed(seed)
             return None
         return torch.Generator(device=self.device).manual_seed(seed)
+
+
+class _Runner:
+    """One generation's rounds: `start` prefills, `step` queues one round (no host sync) and returns its
+    emitted tokens [1, P] (-1 padded), replaying the configuration's captured round where there is one."""
+
+    def __init__(self, engine: Engine, cache: ModelCache, prompt_ids: list[int], cfg: RoundConfig, generator,
+                 ar: bool) -> None:  # fmt: skip
+        self.engine, self.cache, self.prompt_ids, self.cfg, self.generator, self.ar = (
+            engine, cache, prompt_ids, cfg, generator, ar)  # fmt: skip
+        self.fixed_count = ar  # an AR round emits exactly one token
+        on_cuda = engine.device.type == "cuda"
+        self.lookahead = AR_LOOKAHEAD if ar and on_cuda else 1
+        self.width = 1 if ar else engine.drafter.config.block_size
+        self.times: dict[str, float] = {}
+        self.captured = None
+        mode = engine.cuda_graphs
+        # captured rounds: greedy rules only (a sampled rule draws on the host, or from a generator per call)
+        if mode != "off" and (ar or cfg.rule == "greedy"):
+            key = (cfg, cache.capacity, mode)
+            if key not in engine._captured:
+                engine._captured[key] = self._capture(mode)
+            self.captured = engine._captured[key]
+            self.state = self.captured.state
+        else:
+            self.stages = engine.stages_for(cfg, generator)
+            if not ar:  # host clocks around the stages (waiting for the device first when timing)
+                self.stages = _host_timed(self.stages, engine._sync, self.times)
+            self.state = None
+
+    def _capture(self, mode: str):
+        """Compile and capture this configuration's round over a real state (then reset for this prompt)."""
+        engine = self.engine
+        state = self._prefill(None)
+        stages = compile_stages(engine.stages_for(self.cfg, None), engine.compiled_stage_names(self.cfg))
+        captured = RoundGraph(stages, state) if mode == "round" or self.ar else StageGraphs(stages, state)
+        self.cache.reset()
+        return captured
+
+    def _prefill(self, state: RoundState | None) -> RoundState:
+        engine = self.engine
+        if not self.ar:
+            return speculative_prefill(engine.model, engine.drafter, self.cache, self.prompt_ids, self.cfg.params,
+                                       self.generator, engine.options, state)  # fmt: skip
+        logits = engine.prefill(self.cache, self.prompt_ids)
+        root = sample_next_token(logits, self.cfg.params, self.generator, engine.options)
+        if state is None:
+            return RoundState(cache=self.cache, root=root)
+        state.root.copy_(root)
+        return state
+
+    def start(self) -> int:
+        """Prefill the prompt; returns the first token."""
+        self.state = self._prefill(self.state)
+        return int(self.state.root[0])
+
+    def step(self) -> torch.Tensor:
+        if self.captured is not None:
+            return self.captured.replay(self.engine.timing and not self.ar)
+        return decode_round(self.stages, self.state)
+
+    def stage_seconds(self, wall: float) -> dict[str, float]:
+        """The times of the rounds collected since the last call: AR the wall time of its chunk (the device is
+        kept busy, so it is the step's), speculative rounds their stages' (or round's) device or host times."""
+        if self.ar:
+            return {"verify": wall}
+        if self.captured is not None:
+            return self.captured.stage_seconds()
+        times = dict(self.times)
+        self.times.clear()
+        return times
+
+
+def _host_timed(stages: Stages, sync, times: dict[str, float]) -> Stages:
+    """`stages` with a host clock around each (after `sync`, which waits for the device when timing)."""
+
+    def timed(name: str, fn):
+        def run(*args):
+            sync()
+            t0 = time.perf_counter()
+            out = fn(*args)
+            sync()
+            times[name] = times.get(name, 0.0) + time.perf_counter() - t0
+            return out
+
+        return run
+
+    return stages.replace(**{name: timed(name, getattr(stages, name)) for name in Stages.NAMES})
+
+
+def _fast_decoder(model: Decoder, options: RuntimeOptions):
+    """The fused Triton one-token step where the kernels run and the model allows it, else None."""
+    from weaver.models.fast_decode import FastDecoder, unsupported_reason
+
+    if not use_kernel(options, model.lm_head.weight) or unsupported_reason(model) is not None:
+        return None
+    return FastDecoder(model)
+
+
+def _fast_verifier(model: Decoder, options: RuntimeOptions):
+    """The fused Triton tree verify where the kernels run and the model allows it (attention-only), else None."""
+    from weaver.models.fast_decode import unsupported_reason
+    from weaver.models.fast_verify import FastVerifier
+
+    if not use_kernel(options, model.lm_head.weight) or unsupported_reason(model) is not None:
+        return None
+    return FastVerifier(model)
+
+
+def _fast_drafter(drafter, model: Decoder, options: RuntimeOptions):
+    """The fused Triton draft where the kernels run and the drafter allows it, else None."""
+    from weaver.speculative.fast_drafter import FastDrafter, unsupported_reason
+
+    if not use_kernel(options, model.lm_head.weight) or unsupported_reason(drafter, model.lm_head) is not None:
+        return None
+    return FastDrafter(drafter, model.lm_head)

@@ -12,12 +12,14 @@ import torch
 
 
 class ChunkReadback:
-    """Two device rings + two pinned host buffers + two events; `submit` then `collect` in FIFO order."""
+    """Two device rings + two pinned host buffers + two events; `submit` then `collect` in FIFO order.
 
-    def __init__(self, size: int, device: torch.device) -> None:
+    A ring holds `size` rounds of `width` emitted tokens each (one row a round, -1 padded)."""
+
+    def __init__(self, size: int, width: int, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self.rings = [torch.zeros(size, dtype=torch.long, device=device) for _ in range(2)]
-        self.host = [torch.zeros(size, dtype=torch.long, pin_memory=self.cuda) for _ in range(2)]
+        self.rings = [torch.zeros(size, width, dtype=torch.long, device=device) for _ in range(2)]
+        self.host = [torch.zeros(size, width, dtype=torch.long, pin_memory=self.cuda) for _ in range(2)]
         self.events = [torch.cuda.Event() if self.cuda else None for _ in range(2)]
         self.pending: list[tuple[int, int]] = []  # (buffer, count) submitted, not yet collected
         self.next_buffer = 0
@@ -37,8 +39,8 @@ class ChunkReadback:
         self.pending.append((buf, count))
         self.next_buffer = 1 - buf
 
-    def collect(self) -> list[int]:
-        """Wait for the oldest submitted chunk only (later work keeps running) and return its tokens."""
+    def collect(self) -> list[list[int]]:
+        """Wait for the oldest submitted chunk only (later work keeps running) and return its rows."""
         buf, count = self.pending.pop(0)
         if self.cuda:
             self.events[buf].synchronize()

@@ -13,6 +13,7 @@ import torch
 
 from weaver.errors import GenerationConfigError
 from weaver.kernels.vocab_top1 import argmax_last
+from weaver.options import RuntimeOptions
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ def process_logits(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor
     logits = logits.float()
     if params.greedy:
         probs = torch.zeros_like(logits)
-        return probs.scatter_(-1, argmax_last(logits).unsqueeze(-1), 1.0)
+        return probs.scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits / params.temperature
     vocab = logits.shape[-1]
     if 0 < params.top_k < vocab:
@@ -69,9 +70,10 @@ def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None = N
 
 
 def sample_next_token(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None, options: RuntimeOptions
 ) -> torch.Tensor:
-    """argmax for greedy, otherwise an exact sample of the processed distribution. logits: [..., V]."""
+    """argmax for greedy (the vocabulary kernel where `options` allow), otherwise an exact sample of the
+    processed distribution. logits: [..., V]."""
     if params.greedy:
-        return argmax_last(logits)
+        return argmax_last(logits, options)
     return sample_from_probs(process_logits(logits, params), generator)

@@ -210,7 +210,7 @@ class WeaverAdapter(nn.Module):
         write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self)
 
     @torch.no_grad()
-    def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor) -> None:
+    def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, options=None) -> None:
         """Attach the target's embedding table E [V, Ht] (kept by reference) and precompute
         R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht].
 

@@ -1,15 +1,16 @@
-"""Shared pieces of the Triton kernels: interpreter check, dot helpers, precision names, small checks.
+"""Shared pieces of the Triton kernels: interpreter check, dot helpers, precision names, small checks, PDL.
 
-(The package __init__ sets TRITON_INTERPRET=1 on machines without CUDA before triton is imported.)
+(The CPU tests set TRITON_INTERPRET=1 before triton is imported: @triton.jit reads it at decoration time.)
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
+
+from weaver.kernels.launch_config import settings
+from weaver.options import triton_interpreting
 
 # fp32 x fp32 dot precision (the solve, Delta and decay-weighted products):
 #   ieee   exact fp32 FMAs (slow; the fp32-input path, error ~1e-7)
@@ -20,8 +21,8 @@ PRECISIONS = {"ieee": 0, "tf32": 1, "tf32x3": 2, "bf16x3": 3}
 
 
 def interpreting() -> bool:
-    """True when Triton kernels run in the CPU interpreter (TRITON_INTERPRET=1)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """True when triton runs kernels in its interpreter (CPU tests)."""
+    return triton_interpreting()
 
 
 def precision_code(precision: str, dtype: torch.dtype) -> int:
@@ -115,15 +116,12 @@ def pdl_wait():
     tl.extra.cuda.gdc_launch_dependents()
 
 
-def pdl_launch(device: torch.device, itemsize: int = 2, kernel: str = "") -> dict:
+def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
-    or later, and not WEAVER_PDL=0 nor `kernel` listed in WEAVER_PDL_OFF (comma-separated; both read at every
-    launch; a captured graph keeps what it was captured with); else none. A kernel that prefetches rows before
-    its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies. A
-    kernel without prefetches reads nothing before its wait."""
-    if device.type != "cuda" or interpreting() or os.environ.get("WEAVER_PDL", "1") == "0" or itemsize != 2:
-        return {}
-    if kernel and kernel in os.environ.get("WEAVER_PDL_OFF", "").split(","):
+    or later, and when `launch_config` allows it (RuntimeOptions.pdl); else none. A kernel that prefetches rows
+    before its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies.
+    A kernel without prefetches reads nothing before its wait."""
+    if device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
         return {}
     return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
 

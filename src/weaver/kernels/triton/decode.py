@@ -68,7 +68,7 @@ def gemm_rows_config(n_out: int, k: int, rows: int, device: torch.device) -> Gem
     return GemmTiles(block_m, block_n, min(block_k, 64), 4)
 
 
-_INTERPRETED = tl.constexpr(interpreting())  # fixed at import: weaver.ops sets TRITON_INTERPRET before triton loads
+_INTERPRETED = tl.constexpr(interpreting())  # fixed at import: triton reads TRITON_INTERPRET when it loads
 
 
 @triton.jit

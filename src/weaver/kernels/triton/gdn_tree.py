@@ -30,7 +30,6 @@ the defaults: ieee for fp32 inputs, bf16x3 for bf16 inputs).
 
 from __future__ import annotations
 
-import os
 from typing import NamedTuple
 
 import torch
@@ -74,11 +73,10 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
-    Beyond 128 nodes the solve is left-looking (v8: 98.8 vs 110.6 us at T=256; no register spills).
-    WEAVER_GDN_TREE_BT overrides the tile rows (16, 32 or 64)."""
+    Beyond 128 nodes the solve is left-looking (98.8 vs 110.6 us at T=256; no register spills).
+    A caller that wants other tile rows passes its own GDNTreeConfig."""
     fp32 = dtype == torch.float32
     BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
-    BT = int(os.environ.get("WEAVER_GDN_TREE_BT", 0)) or BT
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
                          BVP=min(128, next_pow2(V)) if BT == 64 else 32,
                          solve_order="left" if T > 128 else "right")  # fmt: skip

@@ -196,7 +196,7 @@ def tree_rope_kv_write(
         qkv.stride(0), depth.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), q.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         BLOCK_H=triton.next_power_of_2(num_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
-        BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps, **pdl_launch(qkv.device, kernel="tree_rope_kv"),
+        BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps, **pdl_launch(qkv.device),
     )
     return q
 
@@ -344,7 +344,7 @@ def tree_attention(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpret,
         BLOCK_R=block_r, BLOCK_D=max(16, triton.next_power_of_2(d)), BLOCK_S=block_s,
-        num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device, kernel="tree_attention"),
+        num_warps=num_warps, num_stages=num_stages, **pdl_launch(q.device),
     )
     return out
 

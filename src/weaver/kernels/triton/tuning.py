@@ -1,8 +1,8 @@
 """Measured launch configurations of the verify kernels (tables written by scripts/gpu/verify_sweep.py).
 
-WEAVER_TRITON_TUNING names a table; without it, a GPU whose name matches a packaged table (`tuned/`,
-e.g. h200.json from benchmarks/results/rounds/h200_v4) uses that one, and any other GPU keeps every
-kernel's built-in configuration (WEAVER_TRITON_TUNING=none forces that). The table is the sweep's JSON; its
+`RuntimeOptions.tuning` names a table (through `weaver.kernels.launch_config`); without it, a GPU whose name
+matches a packaged table (`tuned/`, e.g. h200.json, measured on an H200) uses that one, and any other GPU keeps
+every kernel's built-in configuration ("none" forces that). The table is the sweep's JSON; its
 "best" entry maps a kernel name to {shape key: {"config": [...], ...}}. A kernel looks its shape up
 (keys below, exact match) and falls back to its default when the shape is not there:
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 import torch
 
-ENV = "WEAVER_TRITON_TUNING"
+from weaver.kernels.launch_config import settings
+
 PACKAGED = {"H200": Path(__file__).parent / "tuned" / "h200.json"}  # GPU name fragment -> measured table
 
 
@@ -48,7 +48,7 @@ def _table(path: str) -> dict:
         with open(path) as f:
             return json.load(f).get("best", {})
     except (OSError, ValueError) as err:
-        raise ValueError(f"{ENV}={path!r} is not a readable tuning table: {err}") from None
+        raise ValueError(f"tuning={path!r} is not a readable tuning table: {err}") from None
 
 
 @functools.lru_cache(maxsize=1)
@@ -61,8 +61,8 @@ def _packaged_path() -> str | None:
 
 
 def table_path() -> str | None:
-    """The table in use: WEAVER_TRITON_TUNING ('none': no table), else the GPU's packaged one, else None."""
-    path = os.environ.get(ENV)
+    """The table in use: RuntimeOptions.tuning ('none': no table), else the GPU's packaged one, else None."""
+    path = settings().tuning
     if path == "none":
         return None
     return path or _packaged_path()
