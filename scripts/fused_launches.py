@@ -126,7 +126,8 @@ def patch(dry: bool) -> None:
 
     def tuned(kernel, key):
         out = real_tuned(kernel, key)
-        REC.line("config", f"tuned({kernel!r}, {key!r}) = {out}; h200: {h200.get(kernel, {}).get(key, {}).get('config')}")
+        gpu = h200.get(kernel, {}).get(key, {}).get("config")
+        REC.line("config", f"tuned({kernel!r}, {key!r}) = {out}; h200: {gpu}")
         return out
 
     tuning.tuned = tuned
@@ -184,13 +185,13 @@ def filled_cache(model, lengths: list[int], capacity: int):
 
 
 @torch.no_grad()
-def record_decode(preset: str, dtype: str) -> None:
+def record_decode(preset: str, dtype: str, lengths: tuple[int, ...] = (7, 3)) -> None:
     from weaver.models.fast_decode import FastDecoder
 
     model = target(preset, dtype)
-    cache = filled_cache(model, [7, 3], 96)
-    REC.line("case", f"decode {preset} B=2")
-    FastDecoder(model)(torch.tensor([[11], [12]], device=model.device), cache)
+    cache = filled_cache(model, list(lengths), 96)
+    REC.line("case", f"decode {preset} B={len(lengths)}")
+    FastDecoder(model)(torch.arange(11, 11 + len(lengths), device=model.device)[:, None], cache)
 
 
 def random_parents(n: int, seed: int) -> list[int]:
@@ -199,32 +200,37 @@ def random_parents(n: int, seed: int) -> list[int]:
 
 
 @torch.no_grad()
-def record_verify(preset: str, dtype: str, nodes: int, chain: bool, **overrides) -> None:
+def record_verify(
+    preset: str, dtype: str, nodes: int, chain: bool, lengths: tuple[int, ...] = (9, 5), **overrides
+) -> None:
     from weaver.models.fast_verify import FastVerifier
     from weaver.ops.tree import node_depth
     from weaver.speculative.tree import DraftTree
 
     model = target(preset, dtype, **overrides)
-    cache = filled_cache(model, [9, 5], 160)
+    b = len(lengths)
+    cache = filled_cache(model, list(lengths), 160)
     dev = model.device
-    REC.line("case", f"verify {preset} {overrides} {'chain' if chain else 'tree'} T={nodes} B=2")
+    REC.line("case", f"verify {preset} {overrides} {'chain' if chain else 'tree'} T={nodes} B={b}")
     verifier = FastVerifier(model)
     if chain:  # as the round verifies a chain: the DraftTree's (expanded) ancestor mask
-        tree = DraftTree.chain(torch.tensor([3, 4], device=dev), torch.arange(10, 10 + 2 * (nodes - 1), device=dev)
-                               .view(2, nodes - 1) % model.config.vocab_size)  # fmt: skip
+        drafts = torch.arange(10, 10 + b * (nodes - 1), device=dev).view(b, nodes - 1) % model.config.vocab_size
+        tree = DraftTree.chain(torch.arange(3, 3 + b, device=dev), drafts)
         verifier(tree.tokens, cache, tree.parents, tree.depth, capture_layers=(0, 2), ancestors=tree.ancestor_mask())
     else:
-        parents = torch.tensor([random_parents(nodes, 1), random_parents(nodes, 2)], device=dev)
-        tokens = torch.arange(2 * nodes, device=dev).view(2, nodes) % model.config.vocab_size
+        parents = torch.tensor([random_parents(nodes, 1 + i) for i in range(b)], device=dev)
+        tokens = torch.arange(b * nodes, device=dev).view(b, nodes) % model.config.vocab_size
         verifier(tokens, cache, parents, node_depth(parents), capture_layers=(1,))
 
 
 @torch.no_grad()
-def record_draft(dtype: str, block_size: int, causal: bool) -> None:
+def record_draft(
+    dtype: str, block_size: int, causal: bool, preset: str = "tiny-qwen3", lengths: tuple[int, ...] = (11, 6)
+) -> None:
     from weaver.speculative.drafter import DFlashDrafter
     from weaver.speculative.fast_drafter import FastDrafter
 
-    model = target("tiny-qwen3", dtype)
+    model = target(preset, dtype)
     drafter = DFlashDrafter.random(model.config, num_layers=2, num_target_features=3, block_size=block_size, seed=3,
                                    device=model.device, dtype=model.dtype)  # fmt: skip
     if causal:
@@ -232,16 +238,18 @@ def record_draft(dtype: str, block_size: int, causal: bool) -> None:
     drafter.fuse_projections()
     REC.name(drafter, "drafter.")
     REC.alive.append(drafter)
-    ctx = drafter.new_context(2, 24)
+    b = len(lengths)
+    ctx = drafter.new_context(b, 24)
     gen = torch.Generator().manual_seed(4)
-    features = torch.randn(2, 11, drafter.config.num_target_features * model.config.hidden_size, generator=gen)
-    drafter.append_context(ctx, features.to(model.device), torch.tensor([11, 6], device=model.device))
+    features = torch.randn(b, max(lengths), drafter.config.num_target_features * model.config.hidden_size,
+                           generator=gen)  # fmt: skip
+    drafter.append_context(ctx, features.to(model.device), torch.tensor(lengths, device=model.device))
     REC.tensor(ctx.stacked[0], "ctx.k")
     REC.tensor(ctx.stacked[1], "ctx.v")
     REC.tensor(ctx.lengths, "ctx.lengths")
-    REC.line("case", f"draft Bk={block_size} causal={causal} B=2")
+    REC.line("case", f"draft {preset} Bk={block_size} causal={causal} B={b}")
     fast = FastDrafter(drafter, model.lm_head)
-    fast(ctx, torch.tensor([3, 59], device=model.device), model.model.embed_tokens, model.lm_head)
+    fast(ctx, torch.arange(3, 3 + b, device=model.device), model.model.embed_tokens, model.lm_head)
 
 
 def main() -> None:
@@ -249,6 +257,8 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="file to write the record to")
     parser.add_argument("--dtype", default="bf16", help="model dtype (bf16 as on the GPU)")
     parser.add_argument("--dry", action="store_true", help="record without running the kernels' bodies")
+    parser.add_argument("--smollm2", action="store_true", help="also SmolLM2-135M shapes at batch 1 (the shapes of "
+                        "the packaged H200 tuning table; slow unless --dry)")  # fmt: skip
     args = parser.parse_args()
     torch.set_num_threads(1)
     patch(args.dry)
@@ -262,6 +272,11 @@ def main() -> None:
     record_draft(args.dtype, 16, causal=False)
     record_draft(args.dtype, 16, causal=True)
     record_draft(args.dtype, 40, causal=False)  # past ROPE_ATTENTION_MAX_NODES: RoPE + K/V write apart
+    if args.smollm2:
+        record_decode("smollm2-shape", args.dtype, lengths=(40,))
+        record_verify("smollm2-shape", args.dtype, 17, chain=True, lengths=(40,))
+        record_verify("smollm2-shape", args.dtype, 65, chain=False, lengths=(40,))
+        record_draft(args.dtype, 16, causal=False, preset="smollm2-shape", lengths=(20,))
     with open(args.out, "w") as f:
         f.write("\n".join(REC.lines) + "\n")
     kernels = sum(line.lstrip().startswith("kernel ") for line in REC.lines)
