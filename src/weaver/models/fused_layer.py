@@ -29,9 +29,9 @@ tree pass). `FusedLayers.layer` is that sequence, written once; the three caller
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import NamedTuple
 
 import torch
@@ -39,6 +39,8 @@ import torch
 # Inside the tree attention every program ropes the K of all T nodes, so that work grows as T^2 / BLOCK_R
 # while the launch it saves is fixed: up to 32 nodes (a chain's verify, a draft block) it is the cheaper side.
 ROPE_ATTENTION_MAX_NODES = 32
+
+Gemm = Callable[..., torch.Tensor]  # fused_gemv, bound to the per-row or the row-tiled launch
 
 
 class LayerWeights(NamedTuple):
@@ -70,19 +72,24 @@ class Rows:
 
 
 class FusedLayers:
-    """The fused layer sequence and what it needs besides the weights: the kernels and the head layout.
+    """The fused layer sequence and what it needs besides the weights: the kernels, norm eps and head counts.
 
     The base of FastDecoder, FastVerifier and FastDrafter, which build the `Rows` of their pass and the
     `LayerWeights` of their layers, then call `run_layers` and `head`."""
 
     def __init__(self, eps: float, num_heads: int, num_kv_heads: int, head_dim: int) -> None:
         from weaver.kernels import triton as kernels  # imported here: the models layer must load without triton
-        from weaver.kernels.triton.qkv_rope import head_dim_fits
 
         self.kernels = kernels
         self.eps = eps
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
-        self.qkv_rope = head_dim_fits(head_dim)  # large trees: the qkv GEMM's head tiles rope and write K/V
+
+    @cached_property
+    def qkv_rope(self) -> bool:
+        """Whether the qkv GEMM's programs can tile q | k | v by heads (and so rope and write K/V: large trees)."""
+        from weaver.kernels.triton.qkv_rope import head_dim_fits  # a triton module, as the kernels above
+
+        return head_dim_fits(self.head_dim)
 
     def tree_rows(
         self, lengths: torch.Tensor, depth: torch.Tensor, inv_freq: torch.Tensor,
@@ -95,7 +102,7 @@ class FusedLayers:
             rope = self.kernels.rope_table(lengths, depth, inv_freq, dtype)
         return Rows(lengths, inv_freq, depth, visible, rope)
 
-    def gemm(self, rows: Rows):
+    def gemm(self, rows: Rows) -> Gemm:
         """The projection launch: the per-row GEMV for the decode, the row-tiled GEMV for a tree's rows."""
         if rows.is_tree:
             return partial(self.kernels.fused_gemv, eps=self.eps, row_tiles=True)
@@ -132,7 +139,9 @@ class FusedLayers:
         act = gemm(x, w.gate_up, norm_weight=w.post_norm, eps=eps, swiglu=True)
         return gemm(act, w.down, residual=x)
 
-    def project_qkv(self, x: torch.Tensor, w: LayerWeights, gemm, out: torch.Tensor | None = None) -> torch.Tensor:
+    def project_qkv(
+        self, x: torch.Tensor, w: LayerWeights, gemm: Gemm, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Step 1: RMSNorm(x) @ [q | k | v]^T [M, (H + 2 Hkv) D], one launch per weight of w.qkv (into
         column slices of `out` when there are several)."""
         if len(w.qkv) == 1:
