@@ -19,6 +19,7 @@ if DEVICE == "cpu":  # before triton loads: the kernels run in its interpreter o
 
 import weaver  # noqa: E402
 from weaver.models.fast_verify import FastVerifier  # noqa: E402
+from weaver.models.fused_layer import ROPE_ATTENTION_MAX_NODES  # noqa: E402
 from weaver.ops.tree import node_depth  # noqa: E402
 from weaver.testing import assert_close, random_root_paths  # noqa: E402
 
@@ -119,38 +120,51 @@ def test_given_ancestor_mask_is_used_as_is():
     assert_close("fast verify", want.logits, fast.logits, 1e-5)
 
 
-@pytest.mark.parametrize(("fused", "max_nodes", "qkv_rope"), [("1", 32, "1"), ("1", 8, "1"), ("1", 8, "0"),
-                                                             ("0", 32, "1")])  # fmt: skip
-@torch.no_grad()
-def test_rope_inside_attention_or_not(fused, max_nodes, qkv_rope, monkeypatch):
-    """WEAVER_ROPE_ATTENTION=0, or a tree of more than ROPE_ATTENTION_MAX_NODES nodes, keeps RoPE + K/V write out
-    of the attention: inside the qkv GEMM's launch (qkv_rope_kv) unless WEAVER_QKV_ROPE=0, then in a launch of
-    its own; every way gives the reference's logits and K/V."""
-    import weaver.models.fast_verify as fast_verify
+def _random_parents(n: int, seed: int) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    return [-1] + [int(torch.randint(0, j, (1,), generator=gen)) for j in range(1, n)]
 
-    monkeypatch.setenv("WEAVER_ROPE_ATTENTION", fused)
-    monkeypatch.setenv("WEAVER_QKV_ROPE", qkv_rope)
-    monkeypatch.setattr(fast_verify, "ROPE_ATTENTION_MAX_NODES", max_nodes)
+
+@pytest.mark.parametrize(
+    ("nodes", "head_dim", "launches"),
+    [
+        pytest.param(ROPE_ATTENTION_MAX_NODES, None, {"rope_table", "tree_attention_rope"}, id="at-the-limit"),
+        pytest.param(ROPE_ATTENTION_MAX_NODES + 1, None, {"qkv_rope_kv", "tree_attention"}, id="past-it"),
+        pytest.param(ROPE_ATTENTION_MAX_NODES + 1, 12, {"tree_rope_kv_write", "tree_attention"}, id="past-it-hd12"),
+    ],
+)
+@torch.no_grad()
+def test_rope_and_kv_write_sit_by_tree_size(nodes, head_dim, launches, monkeypatch):
+    """Up to ROPE_ATTENTION_MAX_NODES nodes the tree attention ropes and writes K/V itself; past it the qkv GEMM
+    does (qkv_rope_kv), or a launch of its own where qkv_rope_kv cannot tile the head dim (12). Every way gives
+    the reference's logits and K/V."""
+    if head_dim is None:
+        model = _model("tiny-qwen3")
+    else:
+        from weaver.models.presets import preset_config
+
+        model = weaver.LLM.from_config(preset_config("tiny-llama", head_dim=head_dim), seed=5, device=DEVICE,
+                                       dtype="fp32").model  # fmt: skip
+    verifier = FastVerifier(model)
+    assert verifier.qkv_rope == (head_dim is None)
     launched = []
-    kernels = FastVerifier(_model("tiny-qwen3")).kernels
 
     def spy(name):
-        real = getattr(kernels, name)
+        real = getattr(verifier.kernels, name)
         return lambda *args, **kw: launched.append(name) or real(*args, **kw)
 
-    for name in ("tree_attention_rope", "tree_attention", "qkv_rope_kv", "tree_rope_kv_write"):
-        monkeypatch.setattr(kernels, name, spy(name))
-    model = _model("tiny-qwen3")
-    parents = torch.tensor([TREES["deep"][0]], device=DEVICE)
-    tokens = torch.arange(3, 3 + parents.shape[1], device=DEVICE)[None]
-    ref_cache, fast_cache = model.allocate_cache(1, 24), model.allocate_cache(1, 24)
+    for name in ("rope_table", "tree_attention_rope", "tree_attention", "qkv_rope_kv", "tree_rope_kv_write"):
+        monkeypatch.setattr(verifier.kernels, name, spy(name))
+    parents = torch.tensor([_random_parents(nodes, nodes)], device=DEVICE)
+    tokens = (torch.arange(3, 3 + nodes, device=DEVICE) % model.config.vocab_size)[None]
+    ref_cache, fast_cache = model.allocate_cache(1, 48), model.allocate_cache(1, 48)
+    prompt = torch.tensor([[5, 6, 7, 8, 9]], device=DEVICE)
+    model(prompt, ref_cache)
+    model(prompt, fast_cache)
     want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
-    verifier = FastVerifier(model)
-    assert verifier.rope_attention == (fused == "1")
     got = verifier(tokens, fast_cache, parents)
+    assert set(launched) == launches
     assert_close("logits", want.logits, got.logits, 1e-5)
-    assert_close("layer 1 k", ref_cache.layers[1].k, fast_cache.layers[1].k, 1e-5)
-    assert_close("layer 1 v", ref_cache.layers[1].v, fast_cache.layers[1].v, 1e-5)
-    one_launch = fused == "1" and parents.shape[1] <= max_nodes  # the deep tree has 14 nodes
-    rope_kv = "qkv_rope_kv" if qkv_rope == "1" else "tree_rope_kv_write"
-    assert set(launched) == ({"tree_attention_rope"} if one_launch else {rope_kv, "tree_attention"})
+    for i, (a, b) in enumerate(zip(ref_cache.layers, fast_cache.layers)):
+        assert_close(f"layer {i} k", a.k, b.k, 1e-5)
+        assert_close(f"layer {i} v", a.v, b.v, 1e-5)

@@ -1,4 +1,4 @@
-"""The fused Triton draft (spec.fast_drafter) against DFlashDrafter.draft: interpreted on CPU, compiled on a GPU.
+"""The fused Triton draft (speculative.fast_drafter) against DFlashDrafter.draft: interpreted on CPU, compiled on a GPU.
 
 Both run on equal copies of one context cache (rows of different lengths, poisoned stale slots past them):
 logits, hidden and every K/V slot afterwards (the block's scratch slots included) must agree.
@@ -18,6 +18,8 @@ if DEVICE == "cpu":  # before triton loads: the kernels run in its interpreter o
 
 from helpers.drafters import make_drafter, random_features, target_io  # noqa: E402
 
+from weaver.models.fused_layer import ROPE_ATTENTION_MAX_NODES  # noqa: E402
+from weaver.options import RuntimeOptions  # noqa: E402
 from weaver.speculative.fast_drafter import FastDrafter, fast_drafter, unsupported_reason  # noqa: E402
 from weaver.testing import assert_close  # noqa: E402
 
@@ -27,6 +29,7 @@ CASES = [
     pytest.param({"mask_token_id": 7}, id="mask-token"),
     pytest.param({"num_key_value_heads": 4}, id="mha"),
     pytest.param({"block_size": 16}, id="block16"),
+    pytest.param({"block_size": ROPE_ATTENTION_MAX_NODES + 1}, id="block33"),  # RoPE + K/V write apart
 ]
 
 
@@ -87,6 +90,17 @@ def test_unsupported_drafters_are_refused():
     assert "dtype" in unsupported_reason(make_drafter().fuse_projections(), head.double())
     if DEVICE == "cpu":  # the engine's switch: CUDA only
         assert fast_drafter(make_drafter().fuse_projections(), head) is None
+
+
+def test_fast_drafter_follows_the_kernels_option():
+    """kernels="torch" keeps the torch draft everywhere, "triton" takes the fused one on any device (here: the
+    interpreter on CPU) where the drafter allows it; "auto" (the default) only on CUDA."""
+    _, head = target_io()
+    drafter = make_drafter().fuse_projections()
+    assert fast_drafter(drafter, head, RuntimeOptions(kernels="torch")) is None
+    assert isinstance(fast_drafter(drafter, head, RuntimeOptions(kernels="triton")), FastDrafter)
+    assert fast_drafter(make_drafter(), head, RuntimeOptions(kernels="triton")) is None  # not fused
+    assert (fast_drafter(drafter, head) is not None) == (DEVICE == "cuda")
 
 
 @torch.no_grad()

@@ -1,9 +1,11 @@
-"""Single-token decode of attention-only models in five fused Triton kernels per layer.
+"""Single-token decode of attention-only models: `FusedLayers.layer` at M = B rows, five launches a layer.
 
-`Decoder.forward` is the reference for every shape; this is the batch-decode fast path the engine
-captures in a CUDA graph on GPU. Per layer: (input norm + qkv GEMV), (qk-norm + RoPE + K/V write +
-attention), (o GEMV + residual), (post norm + gate/up GEMV + SiLU*up), (down GEMV + residual); then
-(final norm + LM head). It reads the fused projection weights of `models.fuse`, so no weight is copied.
+`Decoder.forward` is the reference for every shape; this is the batch-decode fast path the engine captures
+in a CUDA graph on GPU. Each batch row holds one new token at position = slot = `cache.lengths`, so the
+qk-norm, RoPE and K/V write need no other row and run inside the attention launch. Per layer: (input norm +
+qkv GEMV), (qk-norm + RoPE + K/V write + attention), (o GEMV + residual), (post norm + gate/up GEMV +
+SiLU*up), (down GEMV + residual); then (final norm + LM head). It reads the fused projection weights of
+`models.fuse`, so no weight is copied.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import torch
 
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
+from weaver.models.fused_layer import FusedLayers, LayerWeights, Rows
 
 
 def unsupported_reason(model: Decoder) -> str | None:
-    """Why the fast decode cannot run this model (None when it can)."""
+    """Why the fused decode and verify cannot run this model (None when they can)."""
     cfg = model.config
     if cfg.has_gdn:
         return "GDN layers"
@@ -31,8 +34,8 @@ def unsupported_reason(model: Decoder) -> str | None:
     return None
 
 
-class FusedPath:
-    """What the fused decode and verify paths share: the support check, the kernels and model constants."""
+class TargetLayers(FusedLayers):
+    """FusedLayers over a Decoder's layers: what the fused decode and verify share (support check, weights)."""
 
     what = "fused path"
 
@@ -40,45 +43,32 @@ class FusedPath:
         reason = unsupported_reason(model)
         if reason is not None:
             raise ValueError(f"{self.what} does not support this model: {reason}")
-        from weaver.kernels import triton as kernels  # imported here: the models layer must load without triton
-
-        self.kernels = kernels
-        self.model = model
         cfg = model.config
-        self.eps = cfg.rms_norm_eps
-        self.num_heads = cfg.num_attention_heads
-        self.num_kv_heads = cfg.num_key_value_heads
+        super().__init__(cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        self.model = model
 
-    @staticmethod
-    def qk_norms(attn) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """The per-head q/k RMSNorm weights (qwen3), or None (llama)."""
-        if attn.q_norm is None:
-            return None, None
-        return attn.q_norm.weight, attn.k_norm.weight
+    def weights(self) -> list[LayerWeights]:
+        """Every layer's fused weights, read at each call (as the model holds them now)."""
+        out = []
+        for layer in self.model.model.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm, k_norm = (None, None) if attn.q_norm is None else (attn.q_norm.weight, attn.k_norm.weight)
+            out.append(LayerWeights(
+                layer.input_layernorm.weight, (attn.fused.weight,), q_norm, k_norm, attn.o_proj.weight,
+                layer.post_attention_layernorm.weight, mlp.fused.weight, mlp.down_proj.weight,
+            ))  # fmt: skip
+        return out
 
 
-class FastDecoder(FusedPath):
+class FastDecoder(TargetLayers):
     """Callable `(tokens [B, 1], cache) -> logits [B, V] fp32` that also advances `cache.lengths`."""
 
     what = "fast decode"
 
     def __call__(self, tokens: torch.Tensor, cache: ModelCache) -> torch.Tensor:
-        k, m = self.kernels, self.model
+        m = self.model
         x = m.model.embed_tokens(tokens[:, 0])  # [B, hidden]
-        for layer, layer_cache in zip(m.model.layers, cache.layers, strict=True):
-            attn, mlp = layer.self_attn, layer.mlp
-            qkv = k.fused_gemv(x, attn.fused.weight, norm_weight=layer.input_layernorm.weight, eps=self.eps)
-            q_norm, k_norm = self.qk_norms(attn)
-            o = k.decode_attention(
-                qkv, layer_cache.k, layer_cache.v, cache.lengths, m.rope_inv_freq,
-                self.num_heads, self.num_kv_heads, q_norm, k_norm, eps=self.eps,
-            )
-            x = k.fused_gemv(o, attn.o_proj.weight, residual=x)
-            act = k.fused_gemv(
-                x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, eps=self.eps, swiglu=True
-            )
-            x = k.fused_gemv(act, mlp.down_proj.weight, residual=x)
+        rows = Rows(cache.lengths, m.rope_inv_freq)
+        x, _ = self.run_layers(x, self.weights(), [(c.k, c.v) for c in cache.layers], rows)
         cache.lengths.add_(1)
-        return k.fused_gemv(
-            x, m.lm_head.weight, norm_weight=m.model.norm.weight, eps=self.eps, out_dtype=torch.float32
-        )
+        return self.head(x, m.model.norm.weight, m.lm_head.weight, rows)[0]

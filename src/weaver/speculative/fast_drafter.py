@@ -1,27 +1,26 @@
-"""`DFlashDrafter.draft` in fused Triton launches: the block's Bk rows as the rows of small GEMMs.
+"""`DFlashDrafter.draft` as `FusedLayers.layer` over the block's Bk rows.
 
-`DFlashDrafter.draft` is the reference (torch.compile'd on GPU it is ~55 kernels for a 3-layer drafter at
-Bk = 16). Here, per layer: (input norm + q) and (input norm + k|v) into one q|k|v buffer, (qk-norm + RoPE +
-K/V write at the block's slots + block attention over context + block: one launch, as in the fast verify;
-two with WEAVER_ROPE_ATTENTION=0), (o + residual), (post norm +
-gate/up + SiLU*up), (down + residual); then one launch for the final norm + LM head of rows 1..Bk-1, which
-also hands out the normed hidden. The block is a "tree" to the verify kernels: node j at depth j (position
-start + j, slot start + j), every row sees the whole context, and inside the block every node
-(bidirectional layers) or the nodes before it (causal layers).
+`DFlashDrafter.draft` is the reference. The block is a "tree" to the verify kernels: node j at depth j
+(position and slot start + j, start = the context length), every row sees the whole context, and inside the
+block every row (bidirectional layers) or the rows up to itself (causal layers). Per layer: (input norm + q)
+and (input norm + k|v) into one q|k|v buffer (the drafter's k|v weights are slices of one weight over all
+layers, for the context pass, so q stays a weight of its own), (qk-norm + RoPE + K/V write at the block's
+slots + block attention over context + block: one launch for blocks of at most ROPE_ATTENTION_MAX_NODES
+rows, else two), (o + residual), (post norm + gate/up + SiLU*up), (down + residual); then one launch for the
+final norm + LM head of rows 1..Bk-1, which also hands out the normed hidden.
 
-On CUDA by default for drafters the kernels cover (`unsupported_reason`); WEAVER_FAST_DRAFT=0 keeps the
-torch path. Tests: tests/spec/test_fast_drafter.py (interpreter on CPU, compiled with WEAVER_TRITON_FULL=1).
+Whether a round drafts through it is the caller's choice (`fast_drafter`, from `RuntimeOptions.kernels`).
+Tests: tests/speculative/test_fast_drafter.py (interpreter on CPU, compiled on a GPU).
 """
 
 from __future__ import annotations
 
-import os
-from functools import partial
-
 import torch
 from torch import nn
 
-from weaver.models.fast_verify import ROPE_ATTENTION_MAX_NODES, rope_in_attention, tree_attend
+from weaver.kernels.dispatch import use_kernel
+from weaver.models.fused_layer import FusedLayers, LayerWeights
+from weaver.options import RuntimeOptions
 from weaver.speculative.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
 
@@ -39,21 +38,16 @@ def unsupported_reason(drafter: DFlashDrafter, lm_head: nn.Linear) -> str | None
     return None
 
 
-class FastDrafter:
+class FastDrafter(FusedLayers):
     """Callable `(ctx, root [B], embed_tokens, lm_head) -> DraftOutput`, as `DFlashDrafter.draft`."""
 
     def __init__(self, drafter: DFlashDrafter, lm_head: nn.Linear) -> None:
         reason = unsupported_reason(drafter, lm_head)
         if reason is not None:
             raise ValueError(f"fast draft does not support this drafter: {reason}")
-        from weaver.kernels import triton as kernels  # here: the spec layer must load without triton
-
-        self.kernels, self.drafter = kernels, drafter
         cfg = drafter.config
-        self.eps = cfg.rms_norm_eps
-        self.num_heads, self.num_kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
-        self.head_dim = cfg.head_dim
-        self.rope_attention = rope_in_attention()  # as the fast verify: RoPE + K/V write inside the attention
+        super().__init__(cfg.rms_norm_eps, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim)
+        self.drafter = drafter
         bk = cfg.block_size
         device = drafter.device
         self.depth = torch.arange(bk, device=device)[None]  # [1, Bk]: node j of the block sits at start + j
@@ -62,40 +56,39 @@ class FastDrafter:
             (torch.tril(full) if cfg.layer_causal(i) else full)[None] for i in range(len(drafter.layers))
         ]
 
+    def weights(self) -> list[LayerWeights]:
+        """Every layer's weights (q and k|v apart), read at each call."""
+        out = []
+        for layer in self.drafter.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            out.append(LayerWeights(
+                layer.input_layernorm.weight, (attn.q_proj.weight, attn.fused_kv.weight), attn.q_norm.weight,
+                attn.k_norm.weight, attn.o_proj.weight, layer.post_attention_layernorm.weight, mlp.fused.weight,
+                mlp.down_proj.weight,
+            ))  # fmt: skip
+        return out
+
     @torch.compiler.disable  # Triton launches, already few per layer: the stage runs them eagerly (then captured)
     def __call__(
         self, ctx: DrafterContext, root: torch.Tensor, embed_tokens: nn.Embedding, lm_head: nn.Linear
     ) -> DraftOutput:
-        k, d = self.kernels, self.drafter
+        d = self.drafter
         b, bk = root.shape[0], d.config.block_size
-        h, hkv, hd = self.num_heads, self.num_kv_heads, self.head_dim
-        gemm = partial(k.fused_gemv, eps=self.eps, row_tiles=True)
-        depth = self.depth.expand(b, bk)
         x = d.block_embeddings(root, embed_tokens).reshape(b * bk, -1)  # [B Bk, H]
-        qkv = torch.empty(b * bk, (h + 2 * hkv) * hd, device=x.device, dtype=x.dtype)
-        rope = None
-        if self.rope_attention and bk <= ROPE_ATTENTION_MAX_NODES:
-            rope = k.rope_table(ctx.lengths, depth, d.rope_inv_freq, x.dtype)
-        for i, (layer, k_cache, v_cache) in enumerate(zip(d.layers, ctx.k, ctx.v, strict=True)):
-            attn, mlp, ln = layer.self_attn, layer.mlp, layer.input_layernorm.weight
-            gemm(x, attn.q_proj.weight, norm_weight=ln, out=qkv[:, : h * hd])
-            gemm(x, attn.fused_kv.weight, norm_weight=ln, out=qkv[:, h * hd :])
-            o = tree_attend(
-                k, rope, qkv, k_cache, v_cache, ctx.lengths, depth, self.visible[i].expand(b, bk, bk),
-                d.rope_inv_freq, h, hkv, attn.q_norm.weight, attn.k_norm.weight, self.eps,
-            )
-            x = gemm(o, attn.o_proj.weight, residual=x)
-            act = gemm(x, mlp.fused.weight, norm_weight=layer.post_attention_layernorm.weight, swiglu=True)
-            x = gemm(act, mlp.down_proj.weight, residual=x)
-        rows = x.view(b, bk, -1)[:, 1:].reshape(b * (bk - 1), -1)  # the MASK rows: a view at batch 1
-        hidden = torch.empty_like(rows)  # written by the LM-head launch: its RMSNorm prologue is the final norm
-        logits = gemm(rows, lm_head.weight, norm_weight=d.norm.weight, out_dtype=torch.float32, norm_out=hidden)
+        visible = [v.expand(b, bk, bk) for v in self.visible]
+        rows = self.tree_rows(ctx.lengths, self.depth.expand(b, bk), d.rope_inv_freq, visible, x.dtype)
+        x, _ = self.run_layers(x, self.weights(), list(zip(ctx.k, ctx.v, strict=True)), rows)
+        last = x.view(b, bk, -1)[:, 1:].reshape(b * (bk - 1), -1)  # the MASK rows: a view at batch 1
+        logits, hidden = self.head(last, d.norm.weight, lm_head.weight, rows)
         return DraftOutput(logits=logits.view(b, bk - 1, -1), hidden=hidden.view(b, bk - 1, -1))
 
 
-def fast_drafter(drafter: DFlashDrafter, lm_head: nn.Linear) -> FastDrafter | None:
-    """FastDrafter on CUDA when the drafter allows (WEAVER_FAST_DRAFT=0: the torch draft), else None."""
-    if drafter.device.type != "cuda" or os.environ.get("WEAVER_FAST_DRAFT", "1") == "0":
+def fast_drafter(
+    drafter: DFlashDrafter, lm_head: nn.Linear, options: RuntimeOptions | None = None
+) -> FastDrafter | None:
+    """FastDrafter where `options.kernels` runs the Triton kernels on the drafter's tensors (default options:
+    on CUDA with triton) and the drafter allows it, else None (the torch draft)."""
+    if not use_kernel(options or RuntimeOptions(), drafter.fc.weight):
         return None
     if unsupported_reason(drafter, lm_head) is not None:
         return None
