@@ -18,6 +18,7 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from weaver.kernels import launch_config
 from weaver.kernels import triton as wt
 from weaver.kernels.triton import tuning
 from weaver.kernels.triton.decode import GemmTiles
@@ -100,7 +101,7 @@ def test_fused_gemv_rejects_bad_norm_out():
 
 
 def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
-    """WEAVER_TRITON_TUNING: a kernel takes its shape's entry (here deliberately invalid, so it shows)."""
+    """RuntimeOptions.tuning: a kernel takes its shape's entry (here deliberately invalid, so it shows)."""
     x, w = torch.zeros(16, 8, device=DEVICE), torch.zeros(4, 8, device=DEVICE)
     gemm = tuning.gemm_rows_key(4, 8, 16, torch.float32, torch.float32, False, False, False, False)
     attn = tuning.attention_key(3, 4, 2, 4, torch.float32)
@@ -108,7 +109,7 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
                       "tree_attention": {attn: {"config": [24, 16, 4, 3]}}}}
     path = tmp_path / "tuning.json"
     path.write_text(json.dumps(table))
-    monkeypatch.setenv(tuning.ENV, str(path))
+    monkeypatch.setattr(launch_config.settings(), "tuning", str(path))
     assert tuning.tuned("gemm_rows", gemm) == [16, 16, 8, 1, 1] and tuning.tuned("gemm_rows", "n1") is None
     with pytest.raises(ValueError, match="powers of two >= 16"):
         wt.fused_gemv(x, w)
@@ -120,7 +121,7 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="block_r and block_s must be powers of two"):
         wt.tree_attention(q, ck, ck, lengths, anc, 4, 2)
     assert wt.tree_attention(q, ck, ck, lengths, anc, 4, 2, num_warps=2).shape == (3, 16)  # given: no lookup
-    monkeypatch.setenv(tuning.ENV, str(tmp_path / "missing.json"))
+    monkeypatch.setattr(launch_config.settings(), "tuning", str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="not a readable tuning table"):
         tuning.tuned("gemm_rows", gemm)
 
@@ -321,28 +322,28 @@ def test_tree_kernels_reject_bad_shapes():
 
 
 def test_packaged_tuning_table(monkeypatch):
-    """The packaged H200 table is a readable sweep table; WEAVER_TRITON_TUNING overrides it, 'none' turns it off."""
+    """The packaged H200 table is a readable sweep table; RuntimeOptions.tuning overrides it, 'none' turns it off."""
     table = json.loads(tuning.PACKAGED["H200"].read_text())
     assert {"gemm_rows", "tree_attention", "tree_rope_kv_write"} <= set(table["best"])
     key = tuning.gemm_rows_key(960, 576, 16, torch.bfloat16, torch.bfloat16, True, False, False, False)
     assert len(table["best"]["gemm_rows"][key]["config"]) == 5
-    monkeypatch.setenv(tuning.ENV, "none")
+    monkeypatch.setattr(launch_config.settings(), "tuning", "none")
     assert tuning.table_path() is None
-    monkeypatch.setenv(tuning.ENV, "/some/table.json")
+    monkeypatch.setattr(launch_config.settings(), "tuning", "/some/table.json")
     assert tuning.table_path() == "/some/table.json"
-    monkeypatch.delenv(tuning.ENV)
+    monkeypatch.setattr(launch_config.settings(), "tuning", None)
     monkeypatch.setattr(tuning, "_packaged_path", lambda: str(tuning.PACKAGED["H200"]))
     assert tuning.tuned("gemm_rows", key) == table["best"]["gemm_rows"][key]["config"]
 
 
 def test_programmatic_dependent_launch_only_compiled_on_hopper(monkeypatch):
     """The row GEMM asks for PDL only where it can work: compiled (not the interpreter), CUDA sm_90+, 16-bit
-    weights, and not with WEAVER_PDL=0 (the launch options, read at every call)."""
+    weights, and not with RuntimeOptions(pdl=False) (the launch settings, read at every call)."""
     from weaver.kernels.triton.decode import pdl_gemm_options
 
     assert pdl_gemm_options(torch.device("cpu"), 576, 2) == {}
     if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
         assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {"PDL": True, "K_LINES": 16, "launch_pdl": True}
         assert pdl_gemm_options(torch.device("cuda"), 576, 4) == {}  # fp32 weights: the prefetch assumes 2 bytes
-        monkeypatch.setenv("WEAVER_PDL", "0")
+        monkeypatch.setattr(launch_config.settings(), "pdl", False)
         assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {}

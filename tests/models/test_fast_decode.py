@@ -42,8 +42,8 @@ def test_fast_decode_logits_match_forward(preset):
 
 @pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
 def test_fast_decode_greedy_equals_reference_engine(preset):
-    ref = weaver.LLM.from_config(preset, seed=3, device=DEVICE, dtype="fp32")
-    ref.engine.fast_decode, ref.engine.compile = None, False  # the plain torch step (graphed on a GPU)
+    torch_step = weaver.RuntimeOptions(kernels="torch", compile=False)  # the plain torch step (graphed on a GPU)
+    ref = weaver.LLM.from_config(preset, seed=3, device=DEVICE, dtype="fp32", options=torch_step)
     new = 16 if DEVICE == "cuda" else 8  # interpreted on CPU: ~4.5 s a token for the three prompts, both engines
     want = [ref.generate(p, max_new_tokens=new, ignore_eos=True).token_ids for p in PROMPTS]
     llm = weaver.LLM.from_config(preset, seed=3, device=DEVICE, dtype="fp32")
@@ -54,9 +54,10 @@ def test_fast_decode_greedy_equals_reference_engine(preset):
 
 @pytest.mark.skipif(DEVICE == "cpu", reason="programmatic dependent launch exists only compiled, on Hopper")
 @torch.no_grad()
-def test_fast_decode_with_pdl_equals_without(monkeypatch):
+def test_fast_decode_with_pdl_equals_without():
     """PDL only lets each launch start while the previous kernel ends (weight prefetch before its wait): a read
     before the wait of anything its predecessor writes would show as a difference here."""
+    from weaver.kernels import launch_config
     from weaver.kernels.triton._utils import pdl_launch
 
     if not pdl_launch(torch.device(DEVICE), 2):
@@ -64,8 +65,8 @@ def test_fast_decode_with_pdl_equals_without(monkeypatch):
     model = weaver.LLM.from_config("tiny-llama", seed=2, device=DEVICE, dtype="bf16").model
     fast = FastDecoder(model)
     runs = []
-    for pdl in ("1", "0"):
-        monkeypatch.setenv("WEAVER_PDL", pdl)
+    for pdl in (True, False):
+        launch_config.configure(weaver.RuntimeOptions(pdl=pdl))
         cache = model.allocate_cache(2, 64)
         model(torch.tensor([[5, 6, 7, 8, 9], [9, 8, 7, 6, 5]], device=DEVICE), cache)
         token, logits = torch.tensor([[11], [12]], device=DEVICE), []
@@ -73,6 +74,7 @@ def test_fast_decode_with_pdl_equals_without(monkeypatch):
             logits.append(fast(token, cache))
             token = logits[-1].argmax(-1, keepdim=True)
         runs.append((torch.stack(logits), [(layer.k.clone(), layer.v.clone()) for layer in cache.layers]))
+    launch_config.configure(weaver.RuntimeOptions())
     (want, want_kv), (got, got_kv) = runs[1], runs[0]
     assert torch.equal(got, want)
     assert all(torch.equal(a, c) and torch.equal(b, d) for (a, b), (c, d) in zip(want_kv, got_kv, strict=True))

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import weaver
-from weaver.speculative.engine import RoundStats
-from weaver.speculative.round import SpecConfig, SpeculativeDecoder
+from weaver.speculative.engine import Engine, RoundStats
+from weaver.speculative.round import RoundConfig
 from weaver.speculative.sampling import SamplingParams
 
 PROMPTS = [[5, 17, 42, 8], [60, 61, 62, 63, 64, 65, 66, 67, 68], [3]]
@@ -69,13 +69,11 @@ def test_oracle_drafter_accepts_long_paths_and_stays_lossless(llm, method, budge
     prompt = PROMPTS[1]
     ref = llm.generate(prompt, max_new_tokens=48, ignore_eos=True).token_ids
     oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, seed=budget)
-    if method == "weaver":
-        import weaver.speculative.weaver_builder  # noqa: F401
-    spec = SpeculativeDecoder(llm.model, oracle, llm.adapter if method == "weaver" else None)
-    cfg = SpecConfig(method=method, budget=budget, rule="greedy", params=SamplingParams(), builder_options={})
+    engine = Engine(llm.model, llm.options, drafter=oracle, adapter=llm.adapter if method == "weaver" else None)
+    cfg = RoundConfig(method=method, budget=budget, rule="greedy", params=SamplingParams())
     stats = RoundStats()
     got: list[int] = []
-    for tokens in llm.engine.generate_speculative(spec, prompt, 48, cfg, seed=0, stats=stats):
+    for tokens in engine.generate(prompt, cfg, 48, seed=0, stats=stats):
         got.extend(tokens)
         if len(got) >= 48:
             break

@@ -108,14 +108,20 @@ def test_engine_with_the_fast_draft_stays_lossless(monkeypatch):
     """The engine's draft stage through FastDrafter (forced here; CUDA-only by default): greedy chain and
     ddtree give exactly the ar tokens, and the draft stage is no longer torch.compile'd."""
     import weaver
-    from weaver.speculative import round as speculative
+    from weaver.speculative import fast_drafter as fast_drafter_module
+    from weaver.speculative.engine import Engine
+    from weaver.speculative.round import RoundConfig
+    from weaver.speculative.sampling import SamplingParams
 
-    monkeypatch.setattr(speculative, "_fast_drafter", lambda drafter, target: FastDrafter(drafter, target.lm_head))
+    forced = lambda drafter, lm_head, options: FastDrafter(drafter, lm_head)  # noqa: E731
+    monkeypatch.setattr(fast_drafter_module, "fast_drafter", forced)
+    monkeypatch.setattr(Engine, "compile", property(lambda self: True))
     llm = weaver.LLM.from_config("tiny-llama", random_weights=True, seed=7, drafter="random", adapter="random",
-                                 device=DEVICE, dtype="fp32")
+                                 device=DEVICE, dtype="fp32", options=weaver.RuntimeOptions(cuda_graphs="off"))
     prompt = [5, 17, 42, 8]
     ref = llm.generate(prompt, max_new_tokens=24, ignore_eos=True).token_ids
     for method in ("chain", "ddtree"):
         out = llm.generate(prompt, method=method, budget=16, max_new_tokens=24, ignore_eos=True)
         assert out.token_ids == ref, method
-    assert isinstance(llm._spec.fast_draft, FastDrafter) and "draft" not in llm._spec.compile_stages
+    cfg = RoundConfig(method="chain", budget=16, rule="greedy", params=SamplingParams())
+    assert isinstance(llm.engine._fast_draft, FastDrafter) and "draft" not in llm.engine.compiled_stage_names(cfg)

@@ -168,10 +168,11 @@ class Engine:
         if self._bound:
             return
         from weaver.speculative.drafter import DFlashDrafter
+        from weaver.speculative.fast_drafter import fast_drafter
 
         self._fast_verify = _fast_verifier(self.model, self.options)
         if isinstance(self.drafter, DFlashDrafter):
-            self._fast_draft = _fast_drafter(self.drafter, self.model, self.options)
+            self._fast_draft = fast_drafter(self.drafter, self.model.lm_head, self.options)
         if self.adapter is not None:
             self.adapter.bind(self.model.model.embed_tokens.weight, self.model.lm_head.weight, options=self.options)
         self._bound = True
@@ -335,12 +336,3 @@ def _fast_verifier(model: Decoder, options: RuntimeOptions):
     if not use_kernel(options, model.lm_head.weight) or unsupported_reason(model) is not None:
         return None
     return FastVerifier(model)
-
-
-def _fast_drafter(drafter, model: Decoder, options: RuntimeOptions):
-    """The fused Triton draft where the kernels run and the drafter allows it, else None."""
-    from weaver.speculative.fast_drafter import FastDrafter, unsupported_reason
-
-    if not use_kernel(options, model.lm_head.weight) or unsupported_reason(drafter, model.lm_head) is not None:
-        return None
-    return FastDrafter(drafter, model.lm_head)
