@@ -93,7 +93,7 @@ def counted_kernels(counter_ref: list) -> SimpleNamespace:
 
 
 def build(args: argparse.Namespace):
-    """The LLM (SmolLM2 layout, tiny widths) and its bound SpeculativeDecoder."""
+    """The LLM (SmolLM2 layout, tiny widths) with its drafter and adapter bound to the engine."""
     import weaver
     from weaver.models.presets import preset_config
 
@@ -101,30 +101,36 @@ def build(args: argparse.Namespace):
                         hidden_size=9 * 8, intermediate_size=96, vocab_size=args.vocab)
     llm = weaver.LLM.from_config(cfg, random_weights=True, seed=0, drafter="random:3", adapter="random:512",
                                  dtype=args.dtype)
-    import weaver.speculative.weaver_builder  # noqa: F401  (registers the "weaver" builder)
-
-    spec = llm._speculative("weaver")
-    return llm, spec
+    llm.engine._bind_draft_models()
+    return llm
 
 
-def count_round(llm, spec, method: str, budget: int, counter_ref: list) -> dict[str, OpCounter]:
+def count_round(llm, method: str, budget: int, counter_ref: list) -> dict[str, OpCounter]:
     """Per-stage counters of the third round of `method` at `budget` (greedy)."""
-    from weaver.speculative.round import SpecConfig
+    from weaver.speculative.round import RoundConfig, decode_round, speculative_prefill
     from weaver.speculative.sampling import SamplingParams
 
-    cfg = SpecConfig(method=method, budget=budget, rule="greedy", params=SamplingParams(), builder_options={})
-    cache = llm.engine.cache_for(64 + 4 * (budget + 2))
-    state = spec.start(cache, [5, 6, 7, 8, 9, 10, 11, 12], cfg.params, None)
-    counters = {}
-    for round_index in range(3):
-        out: dict[str, object] = {}
-        steps = spec.stage_calls(state, cfg, None, out)
-        for name in STAGES:
+    engine = llm.engine
+    cfg = RoundConfig(method=method, budget=budget, rule="greedy", params=SamplingParams())
+    cache = engine.cache_for(64 + 4 * (budget + 2))
+    state = speculative_prefill(engine.model, engine.drafter, cache, [5, 6, 7, 8, 9, 10, 11, 12], cfg.params, None,
+                                engine.options)  # fmt: skip
+    stages = engine.stages_for(cfg, None)
+    counters: dict[str, OpCounter] = {}
+
+    def counted(name: str, fn, last: bool):
+        def run(*args):
             counter = OpCounter()
-            counter_ref[0] = counter if round_index == 2 else None
-            with counter if round_index == 2 else contextlib.nullcontext(), torch.no_grad():
-                out[name] = steps[name]()
+            counter_ref[0] = counter if last else None
+            with counter if last else contextlib.nullcontext(), torch.no_grad():
+                out = fn(*args)
             counters[name] = counter
+            return out
+
+        return run
+
+    for round_index in range(3):
+        decode_round(stages.replace(**{n: counted(n, getattr(stages, n), round_index == 2) for n in STAGES}), state)
     counter_ref[0] = None
     return counters
 
@@ -138,19 +144,19 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=0, help="also list the N most frequent ops per stage")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    llm, spec = build(args)
+    llm = build(args)
     counter_ref: list = [None]
     if args.fast_verify:
         from weaver.models.fast_verify import FastVerifier
 
-        spec.fast_verify = FastVerifier(llm.model)
-        spec.fast_verify.kernels = counted_kernels(counter_ref)
+        llm.engine._fast_verify = FastVerifier(llm.model)
+        llm.engine._fast_verify.kernels = counted_kernels(counter_ref)
     rows = [("chain", 16), ("weaver", 64)]
     print("| round | " + " | ".join(STAGES) + " | total | host syncs |")
     print("|---|" + "---:|" * (len(STAGES) + 2))
     details = []
     for method, budget in rows:
-        counters = count_round(llm, spec, method, budget, counter_ref)
+        counters = count_round(llm, method, budget, counter_ref)
         cells = [counters[s].kernels() for s in STAGES]
         syncs = sum(counters[s].syncs() for s in STAGES)
         print(f"| {method} {budget} | " + " | ".join(map(str, cells)) + f" | {sum(cells)} | {syncs} |")

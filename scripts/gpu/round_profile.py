@@ -21,7 +21,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import weaver
-from weaver.speculative.round_graphs import STAGES
+from weaver.speculative.round import Stages
+
+STAGES = Stages.NAMES
 
 PROMPT = [(3 * j + 7) % 1000 for j in range(40)]
 
@@ -97,6 +99,17 @@ def timeline(fn, stage_kernels: list[tuple[str, float]], reps: int = 8) -> str:
     return "\n".join(f"timeline {k:<22} {v:8.1f} us" for k, v in spans.items())
 
 
+def captured_cfg(llm, method: str, budget: int):
+    """The RoundConfig of the last captured round of (method, budget)."""
+    return [key[0] for key in llm.engine._captured if key[0].method == method and key[0].budget == budget][-1]
+
+
+def captured(llm, method: str, budget: int, mode: str):
+    """The engine's captured round (RoundGraph or StageGraphs) of (method, budget, mode)."""
+    return [g for (cfg, _, m), g in llm.engine._captured.items()
+            if cfg.method == method and cfg.budget == budget and m == mode][-1]  # fmt: skip
+
+
 def summarise(label: str, fn, reps: int, rows: list, top: dict, times: list[float] | None = None) -> None:
     """One table row: median event ms (of `times` when given, else of `reps` calls) and fn's kernels."""
     ms = statistics.median(times or event_ms(fn, reps))
@@ -113,16 +126,18 @@ def profile_method(llm, method: str, budget: int, reps: int) -> None:
     top: dict = {}
     if method == "ar":
         llm.generate(PROMPT, method="ar", max_new_tokens=8, ignore_eos=True, chat=False)
-        step = [g for key, g in llm.engine._graphs.items() if key[0] == "decode"][-1]
+        step = captured(llm, "ar", 0, "round")
         summarise("ar step", step.graph.replay, reps, rows, top)  # advances the cache by reps tokens
     else:
         for mode in ("stages", "round"):
-            llm.engine.round_graphs = mode
+            llm.engine.options = llm.engine.options.replace(cuda_graphs=mode)
             llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=4, ignore_eos=True, chat=False)
-            rg = [g for k, g in llm._spec._graphs.items() if k[0] == method and k[1] == budget and k[-1] == mode][0]
+            rg = captured(llm, method, budget, mode)
             if mode == "stages":
-                print(f"compiled stages: {rg.compiled}", flush=True)
-                for name, graph in zip(STAGES, rg.graphs, strict=True):
+                print(f"compiled stages: {llm.engine.compiled_stage_names(captured_cfg(llm, method, budget))}",
+                      flush=True)
+                for name in STAGES:
+                    graph = getattr(rg.stages, name).graph
                     if name == "commit":  # advances the caches: few replays from a fresh state
                         llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True,
                                      chat=False)
@@ -133,12 +148,12 @@ def profile_method(llm, method: str, budget: int, reps: int) -> None:
                 times = []
                 for _ in range(ROUND_BLOCKS):
                     llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True, chat=False)
-                    times += event_ms(rg.graphs[0].replay, 8)
-                summarise("ROUND (one graph)", rg.graphs[0].replay, 8, rows, top, times)
+                    times += event_ms(rg.graph.replay, 8)
+                summarise("ROUND (one graph)", rg.graph.replay, 8, rows, top, times)
                 stage_kernels = [(label, launches) for label, _, launches, _ in rows if label in STAGES]
                 llm.generate(PROMPT, method=method, budget=budget, max_new_tokens=2, ignore_eos=True, chat=False)
-                print(timeline(rg.graphs[0].replay, stage_kernels), flush=True)
-        llm.engine.round_graphs = "stages"
+                print(timeline(rg.graph.replay, stage_kernels), flush=True)
+        llm.engine.options = llm.engine.options.replace(cuda_graphs="round")
     print(f"{'stage':<20} {'event ms':>9} {'kernels':>8} {'kernel ms':>10} {'gaps ms':>8} {'us/kernel':>9}")
     for label, ms, launches, busy in rows:
         print(f"{label:<20} {ms:9.3f} {launches:8.1f} {busy:10.3f} {ms - busy:8.3f} {1e3 * ms / max(launches, 1):9.2f}")

@@ -9,7 +9,6 @@
 #                   and ar + weaver (budget 64); the round from one captured graph, stages from five
 set -e
 source scripts/gpu/setup.sh
-export WEAVER_FAST_VERIFY=1  # the fused Triton tree verify (opt-in); validated by ROUNDS_TESTS
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 if [ "${ROUNDS_TESTS:-1}" = "1" ]; then
   (cd tests/ops && WEAVER_TRITON_FULL=1 python3 -m pytest -q -p no:cacheprovider test_triton_verify.py \
@@ -17,7 +16,7 @@ if [ "${ROUNDS_TESTS:-1}" = "1" ]; then
 fi
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
 if [ "${ROUNDS_CHECK:-1}" = "1" ]; then
-  (WEAVER_COMPILE=0 python3 scripts/gpu/rounds_check.py; python3 scripts/gpu/rounds_check.py --quick) 2>&1 | filter \
+  (python3 scripts/gpu/rounds_check.py --no-compile; python3 scripts/gpu/rounds_check.py --quick) 2>&1 | filter \
     | tee "$OUT/rounds_check.txt"
 fi
 bench() {  # $1: file suffix
