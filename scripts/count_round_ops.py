@@ -101,7 +101,6 @@ def build(args: argparse.Namespace):
                         hidden_size=9 * 8, intermediate_size=96, vocab_size=args.vocab)
     llm = weaver.LLM.from_config(cfg, random_weights=True, seed=0, drafter="random:3", adapter="random:512",
                                  dtype=args.dtype)
-    import weaver.speculative.weaver_builder  # noqa: F401  (registers the "weaver" builder)
 
     spec = llm._speculative("weaver")
     return llm, spec

@@ -62,7 +62,7 @@ def weaver_args(batch: int, depth: int, max_depth: int, pool: int, seed: int) ->
     pool=st.integers(3, 9),  # K; c > K is clamped to K
     seed=st.integers(0, 2**16),
 )
-def test_weaver_device_equals_host(budget, w, c, batch, depth, max_depth, pool, seed) -> None:
+def test_weaver_device_equals_reference(budget, w, c, batch, depth, max_depth, pool, seed) -> None:
     args, kw = weaver_args(batch, depth, max_depth, pool, seed)
     host = build_weaver_reference(*args, budget, w=w, c=c, **kw)
     dev = build_weaver(*args, budget, w=w, c=c, options=TORCH, **kw)
@@ -70,7 +70,7 @@ def test_weaver_device_equals_host(budget, w, c, batch, depth, max_depth, pool, 
 
 
 @pytest.mark.parametrize("w, c, max_depth", [(4, 1, 5), (4, 3, 2), (3, 2, 4), (4, 2, 3)])
-def test_weaver_device_equals_host_when_the_frontier_drains(w, c, max_depth) -> None:
+def test_weaver_device_equals_reference_when_the_frontier_drains(w, c, max_depth) -> None:
     """c < w or a shallow D': rows pop fewer than w nodes in some rounds (the rounds bound must cover it)."""
     args, kw = weaver_args(3, 6, max_depth, 8, seed=w * 100 + c * 10 + max_depth)
     for budget in (8, 32, 64):
@@ -80,7 +80,7 @@ def test_weaver_device_equals_host_when_the_frontier_drains(w, c, max_depth) -> 
         assert_same_tree(host, build_weaver(*args, budget, w=w, c=c, **kw), f"budget {budget}")
 
 
-def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_host_pops() -> None:
+def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_reference_pops() -> None:
     """-inf log-probs (masked drafter logits) drop children as on the host; the device tree is then the
     host's first pop rounds: the same nodes in the same order, possibly fewer of them."""
     args, kw = weaver_args(3, 5, 5, 6, seed=3)
@@ -164,7 +164,7 @@ def _host_pop_rounds(nodes: int, width: int, depth: int, c: int, rng: random.Ran
     skew=st.sampled_from([0.01, 0.3, 1.0, 5.0]),
     seed=st.integers(0, 2**16),
 )
-def test_weaver_search_rounds_cover_the_host_pop_loop(budget, w, depth, c, skew, seed) -> None:
+def test_weaver_search_rounds_cover_the_reference_pop_loop(budget, w, depth, c, skew, seed) -> None:
     nodes = trie_size(budget, depth, c)
     got = _host_pop_rounds(nodes, min(w, budget), depth, c, random.Random(seed), skew)
     assert got <= weaver_search_rounds(nodes, min(w, budget), depth, c)
@@ -191,7 +191,7 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
 )
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(batch=st.sampled_from([1, 3]), depth=st.integers(0, 7), vocab=st.integers(1, 40), seed=st.integers(0, 2**16))
-def test_ddtree_device_equals_host(budget, topk, batch, depth, vocab, seed) -> None:
+def test_ddtree_device_equals_reference(budget, topk, batch, depth, vocab, seed) -> None:
     gen = torch.Generator().manual_seed(seed)
     marginals = torch.randn(batch, depth, vocab, generator=gen) * 3.0
     root = torch.randint(0, vocab, (batch,), generator=gen)
@@ -200,7 +200,7 @@ def test_ddtree_device_equals_host(budget, topk, batch, depth, vocab, seed) -> N
     assert_same_tree(host, dev, f"B{batch} budget {budget} topk {topk} D {depth} V {vocab}")
 
 
-def test_ddtree_device_equals_host_with_masked_tokens() -> None:
+def test_ddtree_device_equals_reference_with_masked_tokens() -> None:
     gen = torch.Generator().manual_seed(5)
     marginals = torch.randn(3, 4, 9, generator=gen)
     marginals[:, :, 3:] = float("-inf")  # 3 finite tokens per depth: 3 + 9 + 27 + 81 possible nodes
