@@ -29,7 +29,8 @@ from typing import Literal
 from weaver.errors import GenerationConfigError
 
 __all__ = [
-    "CUDA_GRAPHS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options", "triton_interpreting",
+    "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options",
+    "triton_interpreting",
 ]
 
 KERNELS = ("auto", "torch", "triton")
@@ -99,6 +100,9 @@ class RuntimeOptions:
     def force_triton(self) -> bool:
         """True when the Triton kernels run even on CPU tensors (the interpreter)."""
         return self.kernels == "triton"
+
+
+DEFAULT_OPTIONS = RuntimeOptions()  # the default `options=` of functions below the API (frozen: one shared instance)
 
 
 def triton_interpreting() -> bool:

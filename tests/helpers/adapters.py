@@ -5,9 +5,12 @@ from __future__ import annotations
 import torch
 
 from weaver.models.config import ModelConfig
+from weaver.options import RuntimeOptions
 from weaver.speculative.weaver import WeaverAdapter
 
 HT = 24  # target hidden
+TORCH = RuntimeOptions(kernels="torch")  # the torch references everywhere
+TRITON = RuntimeOptions(kernels="triton")  # the Triton kernels, under the interpreter on CPU tensors
 
 
 def make_adapter(vocab: int = 11, *, max_depth: int = 4, pool: int = 5, layers: int = 1, bias: bool = True, seed=0):
@@ -37,7 +40,8 @@ def make_inputs(batch: int, depth: int, vocab: int, seed: int = 1) -> dict[str, 
     }
 
 
-def bound(adapter: WeaverAdapter, inp: dict[str, torch.Tensor]) -> WeaverAdapter:
-    adapter.bind(inp["embed"], inp["lm_head"])
+def bound(adapter: WeaverAdapter, inp: dict[str, torch.Tensor], options: RuntimeOptions = TORCH) -> WeaverAdapter:
+    """The adapter bound to the inputs' embedding and LM head, running with `options`."""
+    adapter.bind(inp["embed"], inp["lm_head"], options=options)
     return adapter
 

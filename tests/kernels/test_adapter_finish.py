@@ -1,4 +1,5 @@
-"""The Weaver block's fused output projection + MLP (weaver.kernels.triton.adapter_finish) vs `WeaverBlock.finish`.
+"""The Weaver block's fused output projection + MLP (weaver.kernels.triton.adapter_finish) vs its torch reference
+(`weaver.ops.adapter_finish`, which `WeaverBlock.finish` is).
 
 CPU: the GEMV kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled,
 at the benchmark's adapter (d_rank 512, MLP 1024, 4-8 node rows), also through the custom op.
@@ -12,9 +13,11 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaver.kernels.adapter_finish import adapter_finish_op
+from weaver.kernels.adapter_finish import adapter_finish_op, fused_finish
 from weaver.kernels.triton.adapter_finish import adapter_finish
 from weaver.kernels.triton.decode import fused_gemv
+from weaver.ops import adapter_finish as reference
+from weaver.options import RuntimeOptions
 from weaver.speculative.weaver import WeaverBlock, WeaverConfig
 from weaver.testing import assert_close
 
@@ -32,10 +35,11 @@ def _block(d: int, mlp: int, bias: bool, dtype: torch.dtype, seed: int) -> Weave
     return block.to(DEVICE, dtype)
 
 
-def _finish(block: WeaverBlock, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+def _weights(block: WeaverBlock) -> tuple:
+    """The finish's weights in the launcher's (and the reference's) argument order."""
     norm = block.norm_mlp
-    return adapter_finish(x, attn, block.o_proj.weight, norm.weight, norm.bias, norm.eps, block.fc1.weight,
-                          block.fc1.bias, block.fc2.weight, block.fc2.bias)  # fmt: skip
+    return (block.o_proj.weight, norm.weight, norm.bias, norm.eps, block.fc1.weight, block.fc1.bias,
+            block.fc2.weight, block.fc2.bias)  # fmt: skip
 
 
 @settings(max_examples=6 if FULL else 15, deadline=None)
@@ -48,25 +52,37 @@ def _finish(block: WeaverBlock, x: torch.Tensor, attn: torch.Tensor) -> torch.Te
     seed=st.integers(0, 10_000),
 )
 def test_adapter_finish_matches_the_block(rows, d, mlp, dtype, bias, seed) -> None:
-    """Three GEMV launches give `WeaverBlock.finish` (its rounding points, within the dtype's tolerance)."""
+    """Three GEMV launches give the reference (its rounding points, within the dtype's tolerance), which is
+    `WeaverBlock.finish` on the heads concatenated."""
     block = _block(d, mlp, bias, dtype, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     x = (torch.randn(rows, d, generator=gen) * 2).to(DEVICE, dtype)
     attn = torch.randn(rows, d, generator=gen).to(DEVICE, dtype)
     with torch.no_grad():
-        want = block.finish(x[None], attn.view(1, rows, 2, d // 2).transpose(1, 2))[0]
-    got = _finish(block, x, attn)
+        want = reference.adapter_finish(x, attn, *_weights(block))
+        assert torch.equal(want, block.finish(x[None], attn.view(1, rows, 2, d // 2).transpose(1, 2))[0])
+        got = adapter_finish(x, attn, *_weights(block))
     assert got.dtype == dtype and got.shape == (rows, d)
     assert_close("block output", want, got, TOL[dtype])
+
+
+def test_fused_finish_runs_what_the_options_say() -> None:
+    """kernels="torch": the reference itself; "triton": the launches (the interpreter on CPU)."""
+    block = _block(16, 20, True, torch.float32, 5)
+    gen = torch.Generator().manual_seed(6)
+    x, attn = (torch.randn(3, 16, generator=gen).to(DEVICE) for _ in range(2))
+    with torch.no_grad():
+        want = reference.adapter_finish(x, attn, *_weights(block))
+        assert torch.equal(fused_finish(block, x, attn, RuntimeOptions(kernels="torch")), want)
+        assert torch.equal(fused_finish(block, x, attn, RuntimeOptions(kernels="triton")),
+                           adapter_finish(x, attn, *_weights(block)))  # fmt: skip
 
 
 @pytest.mark.skipif(not FULL, reason="the custom op launches compiled kernels (GPU run)")
 def test_adapter_finish_op_is_the_launcher() -> None:
     block = _block(512, 1024, True, torch.bfloat16, 3)
     x, attn = (torch.randn(4, 512, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
-    norm = block.norm_mlp
-    args = (x, attn, block.o_proj.weight, norm.weight, norm.bias, norm.eps, block.fc1.weight, block.fc1.bias,
-            block.fc2.weight, block.fc2.bias)  # fmt: skip
+    args = (x, attn, *_weights(block))
     assert torch.equal(adapter_finish_op(*args), adapter_finish(*args))
 
 

@@ -1,4 +1,5 @@
-"""weaver.kernels.triton.node_attention (one program per batch row and head) vs float64 SDPA.
+"""weaver.kernels.triton.node_attention (one program per batch row and head) vs its torch reference in float64
+(`weaver.ops.node_attention.masked_attention`, masked SDPA).
 
 CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
 the Weaver step's sizes (H = 8, hd = 64, w = 4..8 nodes, S up to a few hundred) and past them. Inputs are
@@ -17,6 +18,10 @@ from hypothesis import strategies as st
 
 from weaver.kernels.node_attention import attend_nodes, node_attention_op
 from weaver.kernels.triton.node_attention import node_attention
+from weaver.ops.node_attention import masked_attention
+from weaver.options import RuntimeOptions
+
+AUTO, TORCH, TRITON = RuntimeOptions(), RuntimeOptions(kernels="torch"), RuntimeOptions(kernels="triton")
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # (B, H, W, S, D)
@@ -50,7 +55,7 @@ def make_inputs(B: int, H: int, W: int, S: int, D: int, dtype: torch.dtype, seed
 
 
 def sdpa64(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask[:, None])
+    return masked_attention(q.double(), k.double(), v.double(), mask)
 
 
 def check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, **launch) -> None:
@@ -129,18 +134,22 @@ def test_node_attention_rejects() -> None:
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_attend_nodes_is_sdpa(dtype: torch.dtype) -> None:
-    """On CPU this is SDPA itself; on CUDA the kernel (within the kernel's tolerance of float64 SDPA)."""
+def test_attend_nodes_is_the_reference_or_the_kernel(dtype: torch.dtype) -> None:
+    """kernels="torch" (and "auto" on CPU): the reference itself; "triton" (and "auto" on CUDA): the kernel,
+    within its tolerance of the float64 reference, output token-major."""
     q, k, v, mask = make_inputs(2, 3, 6, 90, 64, dtype, seed=5)
-    got = attend_nodes(q, k, v, mask)
-    if FULL:
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+    assert torch.equal(attend_nodes(q, k, v, mask, TORCH), ref)
+    for options in ([AUTO, TRITON] if FULL else [TRITON]):
+        got = attend_nodes(q, k, v, mask, options)
         assert got.transpose(1, 2).is_contiguous()
         torch.testing.assert_close(got.double().cpu(), sdpa64(q, k, v, mask).cpu(), **tol(dtype))
-    else:
-        assert torch.equal(got, F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]))
-    # outside the kernel's range (float64, W > 64): SDPA on every device
+    if not FULL:
+        assert torch.equal(attend_nodes(q, k, v, mask, AUTO), ref)
+    # outside the kernel's range (float64, W > 64): the reference whatever the options
     q, k, v, mask = make_inputs(1, 1, 65, 20, 16, torch.float64, seed=6)
-    assert torch.equal(attend_nodes(q, k, v, mask), F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None]))
+    for options in (AUTO, TRITON):
+        assert torch.equal(attend_nodes(q, k, v, mask, options), masked_attention(q, k, v, mask))
 
 
 def test_node_attention_op_compiles() -> None:
@@ -151,7 +160,7 @@ def test_node_attention_op_compiles() -> None:
     torch.library.opcheck(node_attention_op, (q, k, v, mask))
 
     def f(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        a = attend_nodes(q * 2, k, v, mask)
+        a = attend_nodes(q * 2, k, v, mask, AUTO)
         b = node_attention_op(q, k, v, mask)
         return a + b
 
@@ -169,8 +178,7 @@ def test_node_attention_grouped_query_heads(heads: int, kv_heads: int, dtype: to
     q, _, _, mask = make_inputs(2, heads, 16 if FULL else 5, 70, 64 if FULL else 16, dtype, seed=heads)
     _, k, v, _ = make_inputs(2, kv_heads, 16 if FULL else 5, 70, 64 if FULL else 16, dtype, seed=kv_heads + 1)
     out = node_attention(q, k, v, mask)
-    want = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask[:, None],
-                                          enable_gqa=True)  # fmt: skip
+    want = sdpa64(q, k, v, mask)  # grouped-query heads
     torch.testing.assert_close(out.double().cpu(), want.cpu(), **tol(dtype))
     with pytest.raises(ValueError, match="Hkv"):
         node_attention(q, k[:, :1].expand(2, 4, 70, k.shape[3])[:, : heads - 1 if heads > 4 else 3], v, mask)

@@ -15,6 +15,9 @@ from hypothesis import strategies as st
 
 from weaver.kernels.topk import TOPK_MAX_K, TOPK_MAX_N, small_topk_op, topk_last
 from weaver.kernels.triton.topk import small_topk
+from weaver.options import RuntimeOptions
+
+AUTO, TORCH, TRITON = RuntimeOptions(), RuntimeOptions(kernels="torch"), RuntimeOptions(kernels="triton")
 
 DTYPES = [torch.float32, torch.float64]
 SHAPES = [(1, 1, 1), (3, 7, 7), (2, 33, 1), (4, 100, 5), (2, 520, 4), (3, 512, 8), (1, 64, 64)]
@@ -118,19 +121,35 @@ def test_small_topk_rejects() -> None:
     assert v.shape == i.shape == (0, 2)
 
 
-def test_topk_last_is_torch_topk() -> None:
-    """3-D input, any leading dims. On CPU this is torch.topk itself; on CUDA the kernel."""
+@pytest.mark.parametrize("options", [AUTO, TORCH, TRITON], ids=["auto", "torch", "triton"])
+def test_topk_last_is_torch_topk(options: RuntimeOptions) -> None:
+    """3-D input, any leading dims: torch.topk itself with kernels="torch" (and "auto" on CPU), the kernel with
+    "triton" (and "auto" on CUDA); the same values and indices on tie-free rows."""
     x = distinct_rows(6, 40, torch.float32, seed=3).view(2, 3, 40)
     for k in (1, 5, 40):
-        v, i = topk_last(x, k)
+        v, i = topk_last(x, k, options)
         assert v.shape == i.shape == (2, 3, k)
         assert_topk((v, i), torch.topk(x, k, dim=-1))
-    # outside the kernel's range (k > 64, float16): torch.topk on every device
+    # outside the kernel's range (k > 64, float16): torch.topk whatever the options
     big = distinct_rows(2, 100, torch.float32, seed=4)
-    assert_topk(topk_last(big, 70), torch.topk(big, 70, dim=-1))
+    assert_topk(topk_last(big, 70, options), torch.topk(big, 70, dim=-1))
     half = big.half()
-    v, i = topk_last(half, 3)
+    v, i = topk_last(half, 3, options)
     assert v.dtype == torch.float16 and torch.equal(i, torch.topk(half, 3, dim=-1).indices)
+
+
+def test_topk_last_runs_the_kernel_where_the_options_say(monkeypatch) -> None:
+    """kernels="torch" never launches the kernel, "triton" always does (the interpreter on CPU)."""
+    import weaver.kernels.topk as topk_module
+
+    launched = []
+    launch = topk_module.launch
+    monkeypatch.setattr(topk_module, "launch", lambda *a: launched.append(1) or launch(*a))
+    x = distinct_rows(2, 30, torch.float64, seed=6)
+    topk_last(x, 4, TORCH)
+    assert not launched
+    topk_last(x, 4, TRITON)
+    assert launched
 
 
 def test_small_topk_op_compiles() -> None:
@@ -140,7 +159,7 @@ def test_small_topk_op_compiles() -> None:
     torch.library.opcheck(small_topk_op, (x[:, :10], 3))
 
     def f(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        v, i = topk_last(s[:, :10] * 2, 3)
+        v, i = topk_last(s[:, :10] * 2, 3, AUTO)
         w, j = small_topk_op(s[:, 1:], 2)
         return v + 1, i, w, j
 

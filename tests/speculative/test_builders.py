@@ -1,5 +1,5 @@
-"""Tree builders: chain = argmax of the marginals; ddtree (host and device) = the best prefix-closed node set
-(brute force)."""
+"""Tree builders: chain = argmax of the marginals; ddtree (reference and device) = the best prefix-closed node set
+(brute force); the registry."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import pytest
 import torch
 
 from weaver.errors import GenerationConfigError
-from weaver.speculative.builders import BUILDERS, build_chain, build_ddtree, get_builder, register_builder
-from weaver.speculative.ddtree_device import build_ddtree_device
+from weaver.options import RuntimeOptions
+from weaver.speculative.builders import BUILDERS, get_builder
+from weaver.speculative.builders.chain import build_chain
+from weaver.speculative.builders.ddtree import build_ddtree, build_ddtree_reference
+from weaver.speculative.builders.weaver import build_weaver
 from weaver.speculative.tree import DraftTree
 
-DDTREES = [pytest.param(build_ddtree, id="host"), pytest.param(build_ddtree_device, id="device")]
+DDTREES = [pytest.param(build_ddtree_reference, id="reference"), pytest.param(build_ddtree, id="device")]
 
 
 def paths_of(tree: DraftTree, b: int) -> set[tuple[int, ...]]:
@@ -164,17 +167,25 @@ def test_ddtree_budget_one_equals_chain_of_one(build):
 
 
 def test_registry():
-    assert BUILDERS["chain"] is build_chain and BUILDERS["ddtree_host"] is build_ddtree
-    assert get_builder("ddtree") is build_ddtree_device  # the engine's name: the sync-free device builder
-    with pytest.raises(GenerationConfigError, match="unknown tree builder 'nope'; known: chain, ddtree, ddtree_host"):
-        get_builder("nope")  # (the weaver builders, when registered, sort after these)
-    with pytest.raises(ValueError, match="already registered"):
-        register_builder("chain")(build_chain)
-    # every builder takes the same call, extra round context included
+    """The registry holds exactly the engine's three methods; an unknown name lists them."""
+    assert set(BUILDERS) == {"chain", "ddtree", "weaver"}
+    assert get_builder("chain") is build_chain and get_builder("ddtree") is build_ddtree
+    assert get_builder("weaver") is build_weaver
+    with pytest.raises(GenerationConfigError, match="unknown tree builder 'nope'; known: chain, ddtree, weaver"):
+        get_builder("nope")
+    with pytest.raises(GenerationConfigError, match="known: chain, ddtree, weaver"):
+        get_builder("ddtree_host")  # the references are not engine methods
+
+
+def test_builders_take_the_rounds_call():
+    """chain and ddtree take the call the round makes (the weaver inputs and options included) and ignore what
+    they do not use; the weaver builder needs an adapter (test_weaver.py)."""
     g = torch.Generator().manual_seed(4)
     marginals = torch.randn(2, 3, 5, generator=g)
-    for name in ("chain", "ddtree", "ddtree_host"):  # the weaver builders need an adapter: test_weaver.py
-        BUILDERS[name](torch.tensor([0, 1]), marginals, 4, adapter=None, drafter_hidden=None).validate()
+    for name in ("chain", "ddtree"):
+        tree = BUILDERS[name](torch.tensor([0, 1]), marginals, 4, adapter=None, target_hidden=None,
+                              draft_hidden=None, options=RuntimeOptions(kernels="torch"), w=2, c=3)  # fmt: skip
+        tree.validate()
 
 
 def test_prefix_closed_enumerator_counts():

@@ -1,4 +1,4 @@
-"""Device builders (`ddtree`, `weaver`) against their host references (`ddtree_host`, `weaver_host`).
+"""Device builders (`build_ddtree`, `build_weaver`) against their host references (`build_*_reference`).
 
 The device builders replay the host search with tensor ops, so on tie-free inputs (random continuous
 scores) they must return the same tree node for node: tokens, parents, depth, valid and draft_logprobs.
@@ -15,16 +15,21 @@ import random
 
 import pytest
 import torch
-from helpers.adapters import HT, bound, make_adapter, make_inputs
+from helpers.adapters import HT, TORCH, TRITON, bound, make_adapter, make_inputs
 from helpers.trees import FIELDS, assert_same_tree
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaver.speculative import ddtree_device, weaver_builder_device
-from weaver.speculative.builders import build_ddtree, get_builder, trie_size
-from weaver.speculative.ddtree_device import build_ddtree_device
-from weaver.speculative.weaver_builder import build_weaver
-from weaver.speculative.weaver_builder_device import _fewest_expanded, build_weaver_device, weaver_search_rounds
+from weaver.ops import weaver_frontier
+from weaver.speculative.builders import frontier, trie_size
+from weaver.speculative.builders.ddtree import build_ddtree, build_ddtree_reference, plan_ddtree
+from weaver.speculative.builders.weaver import (
+    _fewest_expanded,
+    build_weaver,
+    build_weaver_reference,
+    plan_weaver,
+    weaver_search_rounds,
+)
 
 VOCAB = 13
 GRID = [(budget, w, c) for budget in (1, 8, 32, 64) for w in (1, 2, 4) for c in (1, 3, 8)]
@@ -40,9 +45,9 @@ def one_thread():
 
 
 def weaver_args(batch: int, depth: int, max_depth: int, pool: int, seed: int) -> tuple[tuple, dict]:
+    """A builder call's arguments: the torch references (the Triton loop: tests/kernels/test_weaver_frontier.py)."""
     inp = make_inputs(batch, depth, VOCAB, seed=seed)
-    ad = bound(make_adapter(VOCAB, max_depth=max_depth, pool=pool, seed=seed), inp)
-    ad.candidate_table = seed % 2 == 0  # half the cases gather node rows from the candidate table (CUDA's path)
+    ad = bound(make_adapter(VOCAB, max_depth=max_depth, pool=pool, seed=seed), inp, TORCH)
     kw = {"adapter": ad, "target_hidden": inp["target_hidden"], "draft_hidden": inp["draft_hidden"]}
     return (inp["root"], inp["marginals"]), kw
 
@@ -57,25 +62,25 @@ def weaver_args(batch: int, depth: int, max_depth: int, pool: int, seed: int) ->
     pool=st.integers(3, 9),  # K; c > K is clamped to K
     seed=st.integers(0, 2**16),
 )
-def test_weaver_device_equals_host(budget, w, c, batch, depth, max_depth, pool, seed) -> None:
+def test_weaver_device_equals_reference(budget, w, c, batch, depth, max_depth, pool, seed) -> None:
     args, kw = weaver_args(batch, depth, max_depth, pool, seed)
-    host = build_weaver(*args, budget, w=w, c=c, **kw)
-    dev = build_weaver_device(*args, budget, w=w, c=c, **kw)
+    host = build_weaver_reference(*args, budget, w=w, c=c, **kw)
+    dev = build_weaver(*args, budget, w=w, c=c, options=TORCH, **kw)
     assert_same_tree(host, dev, f"B{batch} budget {budget} w {w} c {c} D {depth} D' {min(depth, max_depth)} K {pool}")
 
 
 @pytest.mark.parametrize("w, c, max_depth", [(4, 1, 5), (4, 3, 2), (3, 2, 4), (4, 2, 3)])
-def test_weaver_device_equals_host_when_the_frontier_drains(w, c, max_depth) -> None:
+def test_weaver_device_equals_reference_when_the_frontier_drains(w, c, max_depth) -> None:
     """c < w or a shallow D': rows pop fewer than w nodes in some rounds (the rounds bound must cover it)."""
     args, kw = weaver_args(3, 6, max_depth, 8, seed=w * 100 + c * 10 + max_depth)
     for budget in (8, 32, 64):
-        host = build_weaver(*args, budget, w=w, c=c, **kw)
+        host = build_weaver_reference(*args, budget, w=w, c=c, **kw)
         n = 1 + trie_size(budget, max_depth, c)
         assert math.ceil((n - 1) / w) < weaver_search_rounds(n - 1, w, max_depth, c) or n - 1 <= w
-        assert_same_tree(host, build_weaver_device(*args, budget, w=w, c=c, **kw), f"budget {budget}")
+        assert_same_tree(host, build_weaver(*args, budget, w=w, c=c, **kw), f"budget {budget}")
 
 
-def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_host_pops() -> None:
+def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_reference_pops() -> None:
     """-inf log-probs (masked drafter logits) drop children as on the host; the device tree is then the
     host's first pop rounds: the same nodes in the same order, possibly fewer of them."""
     args, kw = weaver_args(3, 5, 5, 6, seed=3)
@@ -83,8 +88,8 @@ def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_host_pops() -> 
     masked = marginals.clone()
     masked[:, :, 3:] = float("-inf")  # 3 finite candidates per depth in a pool of 6
     for w, c in ((1, 8), (4, 8), (4, 2)):
-        host = build_weaver(root, masked, 40, w=w, c=c, **kw)
-        dev = build_weaver_device(root, masked, 40, w=w, c=c, **kw)
+        host = build_weaver_reference(root, masked, 40, w=w, c=c, **kw)
+        dev = build_weaver(root, masked, 40, w=w, c=c, **kw)
         dev.validate()
         keep = dev.valid
         for name in FIELDS:
@@ -159,7 +164,7 @@ def _host_pop_rounds(nodes: int, width: int, depth: int, c: int, rng: random.Ran
     skew=st.sampled_from([0.01, 0.3, 1.0, 5.0]),
     seed=st.integers(0, 2**16),
 )
-def test_weaver_search_rounds_cover_the_host_pop_loop(budget, w, depth, c, skew, seed) -> None:
+def test_weaver_search_rounds_cover_the_reference_pop_loop(budget, w, depth, c, skew, seed) -> None:
     nodes = trie_size(budget, depth, c)
     got = _host_pop_rounds(nodes, min(w, budget), depth, c, random.Random(seed), skew)
     assert got <= weaver_search_rounds(nodes, min(w, budget), depth, c)
@@ -174,7 +179,7 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
         calls: list[tuple] = []
         step = ad.step_top
         ad.step_top = lambda *a, _step=step, _calls=calls, **k: _calls.append(tuple(a[1].shape)) or _step(*a, **k)
-        build_weaver_device(*args, 32, w=4, c=2, **kw)
+        build_weaver(*args, 32, w=4, c=2, **kw)
         counts.append(calls)
     rounds = weaver_search_rounds(trie_size(32, 4, 2), 4, 4, 2)
     assert counts[0] == counts[1] == counts[2] == [(2, 4)] * (1 + rounds)
@@ -186,33 +191,32 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
 )
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(batch=st.sampled_from([1, 3]), depth=st.integers(0, 7), vocab=st.integers(1, 40), seed=st.integers(0, 2**16))
-def test_ddtree_device_equals_host(budget, topk, batch, depth, vocab, seed) -> None:
+def test_ddtree_device_equals_reference(budget, topk, batch, depth, vocab, seed) -> None:
     gen = torch.Generator().manual_seed(seed)
     marginals = torch.randn(batch, depth, vocab, generator=gen) * 3.0
     root = torch.randint(0, vocab, (batch,), generator=gen)
-    host = build_ddtree(root, marginals, budget, topk=topk)
-    dev = build_ddtree_device(root, marginals, budget, topk=topk)
+    host = build_ddtree_reference(root, marginals, budget, topk=topk)
+    dev = build_ddtree(root, marginals, budget, topk=topk)
     assert_same_tree(host, dev, f"B{batch} budget {budget} topk {topk} D {depth} V {vocab}")
 
 
-def test_ddtree_device_equals_host_with_masked_tokens() -> None:
+def test_ddtree_device_equals_reference_with_masked_tokens() -> None:
     gen = torch.Generator().manual_seed(5)
     marginals = torch.randn(3, 4, 9, generator=gen)
     marginals[:, :, 3:] = float("-inf")  # 3 finite tokens per depth: 3 + 9 + 27 + 81 possible nodes
     marginals[1, 2] = float("-inf")  # row 1: nothing at depth 3 (so nothing below it either)
     root = torch.tensor([1, 2, 3])
     for budget in (5, 40, 200):
-        host, dev = build_ddtree(root, marginals, budget), build_ddtree_device(root, marginals, budget)
+        host, dev = build_ddtree_reference(root, marginals, budget), build_ddtree(root, marginals, budget)
         assert_same_tree(host, dev, f"budget {budget}")
-    assert int(build_ddtree_device(root, marginals, 200).num_nodes[1]) == 1 + 3 + 9
+    assert int(build_ddtree(root, marginals, 200).num_nodes[1]) == 1 + 3 + 9
 
 
 # ---------------------------------------------------------------- no host sync
 def _meta_weaver_inputs(batch: int, depth: int, max_depth: int, pool: int) -> tuple[tuple, dict]:
     meta = torch.device("meta")
     ad = make_adapter(VOCAB, max_depth=max_depth, pool=pool).to(meta)
-    ad.candidate_table = True  # the CUDA path: node rows gathered from the table
-    ad.bind(torch.empty(VOCAB, HT, device=meta), torch.empty(VOCAB, HT, device=meta))
+    ad.bind(torch.empty(VOCAB, HT, device=meta), torch.empty(VOCAB, HT, device=meta), options=TORCH)
     kw = {
         "adapter": ad,
         "target_hidden": torch.empty(batch, HT, device=meta),
@@ -224,13 +228,14 @@ def _meta_weaver_inputs(batch: int, depth: int, max_depth: int, pool: int) -> tu
 
 @pytest.mark.parametrize("budget, w, c, max_depth", [(64, 4, 8, 5), (32, 4, 1, 5), (8, 1, 3, 2), (1, 1, 1, 1)])
 def test_weaver_device_is_sync_free(budget, w, c, max_depth) -> None:
-    """On meta tensors any host read of tensor data raises: the device builder runs end to end, the host
-    builder (which reads the frontier on the host) does not."""
+    """On meta tensors any host read of tensor data raises: the device builder runs end to end, the reference
+    (which reads the frontier on the host) does not. (The Triton loop's launches take no host data; under
+    torch.compile they are custom ops: tests/kernels/test_weaver_frontier.py.)"""
     args, kw = _meta_weaver_inputs(3, 6, max_depth, 6)
-    tree = build_weaver_device(*args, budget, w=w, c=c, **kw)
+    tree = build_weaver(*args, budget, w=w, c=c, options=TORCH, **kw)
     assert tree.device.type == "meta" and tree.size == 1 + trie_size(budget, max_depth, min(c, 6))
     with pytest.raises((RuntimeError, NotImplementedError)):
-        build_weaver(*args, budget, w=w, c=c, **kw)
+        build_weaver_reference(*args, budget, w=w, c=c, **kw)
 
 
 @pytest.mark.parametrize("budget, topk", [(64, None), (8, 3), (1, None)])
@@ -238,33 +243,51 @@ def test_ddtree_device_is_sync_free(budget, topk) -> None:
     meta = torch.device("meta")
     root = torch.empty(3, dtype=torch.long, device=meta)
     marginals = torch.empty(3, 6, VOCAB, device=meta)
-    tree = build_ddtree_device(root, marginals, budget, topk=topk)
+    tree = build_ddtree(root, marginals, budget, topk=topk)
     assert tree.device.type == "meta" and tree.size == 1 + trie_size(budget, 6, min(topk or budget, VOCAB))
     with pytest.raises((RuntimeError, NotImplementedError)):
-        build_ddtree(root, marginals, budget, topk=topk)
+        build_ddtree_reference(root, marginals, budget, topk=topk)
 
 
-@pytest.mark.parametrize("module", [ddtree_device, weaver_builder_device], ids=lambda m: m.__name__.split(".")[-1])
-def test_device_builders_build_no_tensor_from_host_data(module) -> None:
+DEVICE_CODE = {
+    "ddtree": [build_ddtree, plan_ddtree],
+    "weaver": [build_weaver, plan_weaver, frontier, weaver_frontier],
+}
+
+
+@pytest.mark.parametrize("method", sorted(DEVICE_CODE))
+def test_device_builders_build_no_tensor_from_host_data(method) -> None:
     """Meta tensors catch host reads but not host-to-device copies of Python data (torch.tensor(list),
-    new_tensor), which a CUDA graph cannot capture either: the device modules must not contain them."""
-    source = inspect.getsource(module)
-    for word in ("torch.tensor(", ".new_tensor(", ".tolist(", ".item(", ".cpu(", ".numpy("):
-        assert word not in source, f"{module.__name__} uses {word}"
-
-
-def test_registry_names() -> None:
-    assert get_builder("ddtree") is build_ddtree_device and get_builder("ddtree_host") is build_ddtree
-    assert get_builder("weaver") is build_weaver_device and get_builder("weaver_host") is build_weaver
+    new_tensor), which a CUDA graph cannot capture either: the device builders' code (the builder, its plan,
+    the frontier loops and their torch bookkeeping) must not contain them."""
+    for code in DEVICE_CODE[method]:
+        source = inspect.getsource(code)
+        for word in ("torch.tensor(", ".new_tensor(", ".tolist(", ".item(", ".cpu(", ".numpy("):
+            assert word not in source, f"{code.__name__} uses {word}"
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_weaver_trees_are_the_same_with_and_without_the_candidate_table(seed) -> None:
-    """Gathering node rows from the candidate table changes no tree (host and device builders)."""
+    """Gathering node rows from the candidate table changes no tree (reference and device builders). The table
+    is built as a kernel-running adapter builds it (kernels="triton"); the steps run the torch references."""
     args, kw = weaver_args(2, 5, 4, 7, seed)
-    trees = []
-    for table in (False, True):
-        kw["adapter"].candidate_table = table
-        trees += [build_weaver(*args, 32, w=4, c=3, **kw), build_weaver_device(*args, 32, w=4, c=3, **kw)]
-    for tree, what in zip(trees[1:], ("device", "host + table", "device + table")):
+    ad = kw["adapter"]
+    begin = ad.begin_round
+
+    def begin_with_table(*a, **k):
+        ad.options = TRITON
+        try:
+            state = begin(*a, **k)
+        finally:
+            ad.options = TORCH
+        assert state.cand_x is not None
+        return state
+
+    trees = [build_weaver_reference(*args, 32, w=4, c=3, **kw), build_weaver(*args, 32, w=4, c=3, **kw)]
+    ad.begin_round = begin_with_table
+    try:
+        trees += [build_weaver_reference(*args, 32, w=4, c=3, **kw), build_weaver(*args, 32, w=4, c=3, **kw)]
+    finally:
+        del ad.begin_round
+    for tree, what in zip(trees[1:], ("device", "reference + table", "device + table")):
         assert_same_tree(trees[0], tree, what)

@@ -13,19 +13,19 @@ import math
 
 import pytest
 import torch
-from helpers.adapters import HT, bound, make_adapter, make_inputs
+from helpers.adapters import HT, TORCH, TRITON, bound, make_adapter, make_inputs
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from weaver.errors import CheckpointError, GenerationConfigError
-from weaver.speculative.builders import get_builder
+from weaver.options import RuntimeOptions
+from weaver.speculative.builders import get_builder, trie_size
+from weaver.speculative.builders.weaver import build_weaver, build_weaver_reference
 from weaver.speculative.tree import DraftTree
 from weaver.speculative.weaver import WeaverAdapter, WeaverConfig
-from weaver.speculative.weaver_builder import build_weaver, weaver_tree_size
-from weaver.speculative.weaver_builder_device import build_weaver_device
 from weaver.testing import assert_close
 
-WEAVERS = [pytest.param(build_weaver, id="host"), pytest.param(build_weaver_device, id="device")]
+WEAVERS = [pytest.param(build_weaver_reference, id="reference"), pytest.param(build_weaver, id="device")]
 
 
 # ---------------------------------------------------------------- reference (one row, one path, float64)
@@ -388,39 +388,33 @@ def test_small_universe_is_padded_and_edge_cases(build) -> None:
     kw = {"adapter": ad, "target_hidden": inp["target_hidden"], "draft_hidden": inp["draft_hidden"]}
     tree = build(inp["root"], inp["marginals"], 50, **kw)  # K = 2: the whole trie has 2 + 4 nodes
     tree.validate()
-    assert tree.size == 1 + weaver_tree_size(50, 2, 2) == 7 and tree.valid.all()
-    alias = build(
-        inp["root"],
-        inp["marginals"],
-        50,
-        adapter=ad,
-        target_hidden=inp["target_hidden"],
-        drafter_hidden=inp["draft_hidden"],
-    )
-    assert torch.equal(alias.tokens, tree.tokens)
+    assert tree.size == 1 + trie_size(50, 2, 2) == 7 and tree.valid.all()
     root_only = build(inp["root"], inp["marginals"], 0, **kw)
     assert root_only.size == 1 and torch.equal(root_only.tokens[:, 0], inp["root"])
-    assert get_builder("weaver") is build_weaver_device and get_builder("weaver_host") is build_weaver
+    assert get_builder("weaver") is build_weaver
     with pytest.raises(GenerationConfigError, match="adapter"):
         get_builder("weaver")(inp["root"], inp["marginals"], 4)
+    with pytest.raises(GenerationConfigError, match="draft_hidden"):  # no `drafter_hidden` alias
+        get_builder("weaver")(inp["root"], inp["marginals"], 4, adapter=ad, target_hidden=inp["target_hidden"],
+                              drafter_hidden=inp["draft_hidden"])  # fmt: skip
     with pytest.raises(ValueError, match="w, c and pool_size"):
         build(inp["root"], inp["marginals"], 4, c=0, **kw)
 
 
 def test_candidate_table_step_equals_computed_rows(monkeypatch) -> None:
     """A step that gathers its nodes' rows from the candidate table (`cand`) scores, writes K/V and returns
-    children exactly like one that computes them; above CANDIDATE_TABLE_MAX_BYTES there is no table and
-    `cand` is ignored."""
+    children exactly like one that computes them; the table exists where the adapter's kernels run (here
+    kernels="triton") and within CANDIDATE_TABLE_MAX_BYTES, else `cand` is ignored."""
     import weaver.speculative.weaver as weaver_module
 
     vocab, depth, k = 13, 3, 4
     inp = make_inputs(2, depth, vocab, seed=6)
-    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2), inp)
-    ad.candidate_table = True  # off CUDA it is off by default
+    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2), inp, TRITON)
     prior, ids = torch.topk(inp["marginals"], k, dim=-1)
     args = (inp["target_hidden"], inp["draft_hidden"], ids, prior)
     table = ad.begin_round(*args, capacity=8, root=inp["root"])
     plain = ad.begin_round(*args, capacity=8)
+    bound(ad, inp, TORCH)  # the steps below: the torch references, on both rounds
     assert table.cand_x.shape == (2, 1 + depth * k, 16) and table.cand_qkv.shape == (2, 1 + depth * k, 48)
     assert plain.cand_x is None
     # step 1: the roots; step 2: children picked from pools 0 and 1 by their candidate rows
@@ -439,8 +433,20 @@ def test_candidate_table_step_equals_computed_rows(monkeypatch) -> None:
     assert torch.equal(plain.visible, table.visible)
     with pytest.raises(ValueError, match="cand must be"):
         ad.step(table, slot, tok[:, 0, :2], parent, dep, cand[:, 0])
-    ad.candidate_table = None  # auto: CUDA only
+    assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None  # torch: no table
+    bound(ad, inp, RuntimeOptions())  # auto: the kernels (and the table) on CUDA only
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
-    ad.candidate_table = True
+    bound(ad, inp, TRITON)
     monkeypatch.setattr(weaver_module, "CANDIDATE_TABLE_MAX_BYTES", 0)
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
+
+
+def test_bind_keeps_the_options() -> None:
+    """`bind(..., options=)` is how the adapter learns whether its kernels run (default: kernels="auto")."""
+    inp = make_inputs(1, 2, 11)
+    ad = make_adapter(11)
+    assert ad.options == RuntimeOptions()
+    ad.bind(inp["embed"], inp["lm_head"], options=TRITON)
+    assert ad.options is TRITON
+    ad.bind(inp["embed"], inp["lm_head"])
+    assert ad.options == RuntimeOptions()

@@ -35,14 +35,18 @@ is always a candidate of pool t: so `begin_round(..., root=)` computes e_n and t
 the root and all D*K pool candidates at once (two GEMMs over D*K rows, off the step's critical path), and
 a step given each node's candidate index (`cand`: 0 = the root, 1 + t*K + j = pool t's j-th candidate)
 gathers them instead of running embedding, norms and two GEMMs per call; `step_top` hands back the
-children's candidate indices. Without `root`, above CANDIDATE_TABLE_MAX_BYTES or off CUDA (unless
-`candidate_table` is set) the step computes them.
+children's candidate indices. The table is built where the adapter's kernels run (`use_kernel(options, ...)`
+with the options given to `bind`; on a CPU the D*K rows cost more than the steps they save), given `root` and
+within CANDIDATE_TABLE_MAX_BYTES; otherwise the step computes the rows.
+
+Kernels. Where `use_kernel(options, ...)` says so, a tree step's attention, block output and scoring tail are
+fused Triton launches (`weaver.kernels.node_attention`, `adapter_finish`, `pool_top`); elsewhere their torch
+references in `weaver.ops` run. `kernels="torch"` gives the references everywhere.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -51,12 +55,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from weaver.errors import CheckpointError
-from weaver.kernels.adapter_finish import fused_finish, fused_finish_ready
+from weaver.kernels.adapter_finish import fused_finish
+from weaver.kernels.dispatch import use_kernel
 from weaver.kernels.node_attention import attend_nodes
-from weaver.kernels.pool_top import fused_pool_top, fused_pool_top_push, fused_pool_top_ready
-from weaver.kernels.topk import topk_last
-from weaver.kernels.weaver_frontier import frontier_push
-from weaver.kernels.weaver_frontier import node_inputs as frontier_node_inputs
+from weaver.kernels.pool_top import fused_pool_top, fused_pool_top_push
 from weaver.models.checkpoint import (
     WEIGHTS_NAME,
     check_complete,
@@ -67,7 +69,11 @@ from weaver.models.checkpoint import (
     write_checkpoint,
 )
 from weaver.models.config import ModelConfig
-from weaver.speculative.weaver_layers import WeaverBlock, WeaverConfig, WeaverNorm, masked_attention
+from weaver.ops.node_attention import masked_attention
+from weaver.ops.pool_top import score_pool
+from weaver.ops.weaver_frontier import node_inputs, node_visibility
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
+from weaver.speculative.weaver_layers import WeaverBlock, WeaverConfig, WeaverNorm
 
 __all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
@@ -115,12 +121,7 @@ class WeaverAdapter(nn.Module):
     def __init__(self, config: WeaverConfig) -> None:
         super().__init__()
         self.config = cfg = config
-        # the fused Triton step kernels on CUDA (node attention, MLP GEMVs, scoring tail); torch elsewhere.
-        # H200 v9 (benchmarks/results/rounds/h200_v9): weaver round 2.555 -> 2.215 ms. WEAVER_FUSED_ADAPTER=0: off
-        self.fused_kernels = os.environ.get("WEAVER_FUSED_ADAPTER", "1") == "1"
-        # the candidate table: None = on CUDA only (on a CPU the D*K rows cost more than the steps they save);
-        # WEAVER_CANDIDATE_TABLE=1 / 0 forces it on / off
-        self.candidate_table: bool | None = {"1": True, "0": False}.get(os.environ.get("WEAVER_CANDIDATE_TABLE", ""))
+        self.options = DEFAULT_OPTIONS  # how the tree steps run (module docstring); set by `bind`
         ht, d = cfg.target_hidden, cfg.d_rank
         self.output_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on h_tgt and h_1..h_D
         self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
@@ -210,9 +211,12 @@ class WeaverAdapter(nn.Module):
         write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self)
 
     @torch.no_grad()
-    def bind(self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, options=None) -> None:
-        """Attach the target's embedding table E [V, Ht] (kept by reference) and precompute
-        R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht].
+    def bind(
+        self, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, *, options: RuntimeOptions = DEFAULT_OPTIONS
+    ) -> None:
+        """Attach the target's embedding table E [V, Ht] (kept by reference), precompute
+        R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht] and keep `options`
+        (whether the tree steps run their Triton kernels and build the candidate table).
 
         Call again after changing lm_head_query_in or the target's weights, or moving the adapter.
         """
@@ -233,6 +237,7 @@ class WeaverAdapter(nn.Module):
             r[start : start + chunk] = (rows @ wq.float()).to(wq.dtype)
         self.residual_lm_head = r
         self._embed = embed_weight
+        self.options = options
 
     @property
     def is_bound(self) -> bool:
@@ -266,10 +271,8 @@ class WeaverAdapter(nn.Module):
         y [..., d_rank]; pool_ids, pool_prior [..., K] -> float32 [..., K]. No full-vocabulary projection.
         """
         self._check_bound()
-        query = self.out_norm(y)  # [..., d_rank]
-        rows = self.residual_lm_head[pool_ids.to(self.residual_lm_head.device)]  # [..., K, d_rank]
-        residual = torch.matmul(rows, query[..., None].to(rows.dtype)).squeeze(-1)  # [..., K]
-        return pool_prior.float() + residual.float()
+        norm = self.out_norm
+        return score_pool(y, norm.weight, norm.bias, norm.eps, self.residual_lm_head, pool_ids, pool_prior)
 
     def _check_round_inputs(
         self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor
@@ -313,20 +316,20 @@ class WeaverAdapter(nn.Module):
         v_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
         visible = torch.zeros(b, capacity, p + capacity, dtype=torch.bool, device=ref.device)
         visible[:, :, :p] = True
-        causal = torch.ones(p, p, dtype=torch.bool, device=ref.device).tril()[None, None]  # [1, 1, P, P]
+        causal = torch.ones(p, p, dtype=torch.bool, device=ref.device).tril()[None]  # [1, P, P]
         x = self.prefix_rows(target_hidden, draft_hidden)  # [B, P, d_rank]
         for layer, block in enumerate(self.blocks):
             q, k, v = block.qkv(x)  # [B, H, P, hd]
             k_buf[layer, :, :, :p], v_buf[layer, :, :, :p] = k, v
             if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
-                x = block.finish(x, masked_attention(q, k, v, causal.expand(b, 1, p, p)))
+                x = block.finish(x, masked_attention(q, k, v, causal.expand(b, p, p)))
         state = WeaverRound(
             k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
             prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
         )
         rows = 1 + pool_ids.shape[1] * pool_ids.shape[2]
-        wanted = ref.is_cuda if self.candidate_table is None else self.candidate_table
-        if root is not None and wanted and b * rows * 4 * cfg.d_rank * ref.element_size() <= CANDIDATE_TABLE_MAX_BYTES:
+        table_bytes = b * rows * 4 * cfg.d_rank * ref.element_size()
+        if root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
             if root.shape != (b,):
                 raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
             tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1)], dim=1)  # [B, rows]
@@ -362,65 +365,44 @@ class WeaverAdapter(nn.Module):
         depth: torch.Tensor, c: int, cand: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """`step`, keeping each node's best c children: log-probs [B, w, c] fp32 (descending), their token ids
-        and their candidate-table rows [B, w, c]. On CUDA the scoring tail is two fused Triton launches
-        (`weaver.kernels.pool_top`)."""
-        x, rows, pool = self._grow(state, slot, token, parent, depth, cand)
-        return self._top(state, x, rows, pool, c)
+        and their candidate-table rows [B, w, c]. The scoring tail is `weaver.kernels.pool_top.fused_pool_top`
+        (two fused Triton launches where the kernels run)."""
+        x, _, pool = self._grow(state, slot, token, parent, depth, cand)
+        return self._top(state, x, pool, c)
 
     @torch.no_grad()
     def step_top_prepared(
-        self, state: WeaverRound, step: torch.Tensor, c: int, push: tuple[torch.Tensor, ...] | None = None,
-        inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
-    ) -> tuple[torch.Tensor, ...] | None:
-        """`step_top` for the device builder's Triton bookkeeping (`weaver.kernels.weaver_frontier`): step [6, B, w]
-        = slot, token, parent, depth, candidate row, pool row (padded); needs the candidate table. One launch
-        writes the nodes' visibility rows and first-block K/V and gathers their input rows and q; then the
-        block(s) and the scoring tail as in `step_top`, which here returns the children's pool indices (the
-        push turns them into candidate rows). With push = (f_score, f_item, f_logp, node ids, grow, score) the
-        children go into the builder's frontier instead (`frontier_push`; on CUDA inside the tail's second
-        launch) and nothing is returned. `inputs` = (x, q, mask) when the pop already ran the node inputs
-        (`frontier_pop_inputs`)."""
-        if state.cand_x is None:
-            raise ValueError("step_top_prepared needs the candidate table (begin_round(..., root=))")
+        self, state: WeaverRound, step: torch.Tensor, c: int, inputs: tuple[torch.Tensor, ...],
+        push: tuple[torch.Tensor, ...],
+    ) -> None:
+        """`step_top` for the device builder's Triton loop, its children pushed into the builder's frontier.
+
+        step [6, B, w] = slot, token, parent, depth, candidate row, pool row (padded) and inputs = (x, q, mask),
+        the nodes' input rows, first-block q and visibility rows, both from `frontier_pop_inputs` (which also
+        wrote the nodes' visibility and first-block K/V); push = (f_score, f_item, f_logp, node ids, grow,
+        score) of the frontier. Then the block(s), and the scoring tail with the push inside its second launch
+        (`fused_pool_top_push`)."""
         slot, pool = step[0], step[5]
         b, w = slot.shape
-        x, q, mask = inputs or frontier_node_inputs(step, state.visible, state.prefix_mask, state.cand_x,
-                                                    state.cand_qkv, state.k, state.v, 0, state.prefix_len)  # fmt: skip
+        x, q, mask = inputs
         rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
         first = self.blocks[0]
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
-        if push is not None and self.fused_kernels and fused_pool_top_ready(x):
-            norm = self.out_norm
-            fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
-                                state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3])  # fmt: skip
-            return None
-        top = self._top(state, x, rows, pool, c, pool_index=True)
-        if push is None:
-            return top
-        frontier_push(*push, step, *top, state.pool_ids.shape[2])
-        return None
+        norm = self.out_norm
+        fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
+                            state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3], self.options)
 
     def _top(
-        self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, pool: torch.Tensor, c: int,
-        pool_index: bool = False,
+        self, state: WeaverRound, x: torch.Tensor, pool: torch.Tensor, c: int
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each node's best c children from its pool: log-probs, tokens and candidate-table rows [B, w, c]
-        (their indices in the pool with `pool_index`)."""
+        """Each node's best c children from its pool: log-probs, tokens and candidate-table rows [B, w, c]."""
         b, w = pool.shape
-        if self.fused_kernels and fused_pool_top_ready(x):
-            norm = self.out_norm
-            top_lp, top_tok, top_ix = fused_pool_top(
-                x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
-                state.pool_prior, pool.reshape(b * w), c,
-            )
-            top_lp, top_tok, top_ix = top_lp.view(b, w, c), top_tok.view(b, w, c), top_ix.view(b, w, c)
-        else:
-            logp, ids = self._pool_logp(state, x, rows, pool)
-            top_lp, top_ix = topk_last(logp, c)
-            top_tok = ids.gather(-1, top_ix)
-        if pool_index:
-            return top_lp, top_tok, top_ix
+        norm = self.out_norm
+        top_lp, top_tok, top_ix = (t.view(b, w, c) for t in fused_pool_top(
+            x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
+            state.pool_prior, pool.reshape(b * w), c, self.options,
+        ))  # fmt: skip
         return top_lp, top_tok, 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix  # table rows
 
     def _pool_logp(
@@ -445,26 +427,22 @@ class WeaverAdapter(nn.Module):
                 f"{tuple(parent.shape)}, {tuple(depth.shape)}"
             )
         slot, token, parent, depth = (t.to(dev).long() for t in (slot, token, parent, depth))
-        rows = torch.arange(b, device=dev)[:, None].expand(b, w)  # [B, w]
-        col = p + slot  # [B, w] buffer column of each node
-        # 1) visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus self
-        prefix = state.prefix_mask  # [P+S]
-        seen = torch.where(parent[..., None] >= 0, state.visible[rows, parent.clamp(min=0)], prefix)  # [B, w, P+S]
-        seen = seen.scatter(2, col[..., None], True)
-        state.visible[rows, slot] = seen
-        # 2) the block(s): write each node's K/V into its slot, then attend
-        table = cand is not None and state.cand_x is not None
         if cand is not None and cand.shape != (b, w):
             raise ValueError(f"cand must be [B, w] = {(b, w)}, got {tuple(cand.shape)}")
+        rows = torch.arange(b, device=dev)[:, None].expand(b, w)  # [B, w]
+        col = p + slot  # [B, w] buffer column of each node
+        # 1) visibility (the parent's row, or the prefix alone, plus self) and the nodes' input rows: from the
+        # candidate table (with the first block's q and K/V, written here), or computed
         q0 = None
-        if table:  # the node rows and the first block's q/k/v from the table; its K/V written here
-            cand = cand.to(dev).long()
-            x = state.cand_x[rows, cand]  # [B, w, d_rank]
-            q0, k0, v0 = self.blocks[0].split_heads(state.cand_qkv[rows, cand])
-            state.k[0][rows, :, col] = k0.transpose(1, 2)  # [B, w, H, hd] into column P + slot
-            state.v[0][rows, :, col] = v0.transpose(1, 2)
+        if cand is not None and state.cand_x is not None:
+            first = self.blocks[0]
+            x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
+                                      state.v, slot, parent, cand.to(dev).long(), 0, p)  # fmt: skip
+            q0 = q0.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         else:
+            seen = node_visibility(state.visible, state.prefix_mask, slot, parent, p)  # [B, w, P+S]
             x = self.node_rows(token, depth)  # [B, w, d_rank]
+        # 2) the block(s): write each node's K/V into its slot, then attend
         x = self._blocks(state, x, rows, col, seen, q0)
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
@@ -477,9 +455,6 @@ class WeaverAdapter(nn.Module):
         rows seen [B, w, P+S]. q0: the first block's q when its q/k/v came from the candidate table (its K/V
         already written); else every block projects x and writes its K/V."""
         b, w = col.shape
-        fused = self.fused_kernels and fused_finish_ready(x)
-        mask = seen if self.fused_kernels else seen[:, None]  # [B, w, P+S] (attend_nodes) or [B, 1, w, P+S]
-        attend = attend_nodes if self.fused_kernels else masked_attention
         for layer, block in enumerate(self.blocks):
             if layer == 0 and q0 is not None:
                 q = q0
@@ -487,11 +462,10 @@ class WeaverAdapter(nn.Module):
                 q, k, v = block.qkv(x)  # [B, H, w, hd]
                 state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
                 state.v[layer][rows, :, col] = v.transpose(1, 2)
-            attn = attend(q, state.k[layer], state.v[layer], mask)  # [B, H, w, hd]
-            if fused:  # three Triton GEMVs; attend_nodes' token-major output makes the reshape free
-                x = fused_finish(block, x.reshape(b * w, -1), attn.transpose(1, 2).reshape(b * w, -1)).view(b, w, -1)
-            else:
-                x = block.finish(x, attn)
+            attn = attend_nodes(q, state.k[layer], state.v[layer], seen, self.options)  # [B, H, w, hd]
+            # the kernel's token-major attention output makes the reshape free
+            attn = attn.transpose(1, 2).reshape(b * w, -1)
+            x = fused_finish(block, x.reshape(b * w, -1), attn, self.options).view(b, w, -1)
         return x
 
     # ------------------------------------------------------------ teacher-forced chain
@@ -515,7 +489,7 @@ class WeaverAdapter(nn.Module):
         node_depth = torch.arange(t, device=ref.device).expand(b, t)
         x = torch.cat([self.prefix_rows(target_hidden, draft_hidden), self.node_rows(tokens, node_depth)], dim=1)
         n = x.shape[1]  # P + T: a causal sequence (prefix causal; a chain node sees the prefix and its past)
-        causal = torch.ones(n, n, dtype=torch.bool, device=ref.device).tril()[None, None].expand(b, 1, n, n)
+        causal = torch.ones(n, n, dtype=torch.bool, device=ref.device).tril()[None].expand(b, n, n)
         for block in self.blocks:
             q, k, v = block.qkv(x)
             x = block.finish(x, masked_attention(q, k, v, causal))

@@ -1,8 +1,10 @@
-"""The Weaver adapter's building blocks (DESIGN §7): its config, its float32 RMSNorm with bias, the pre-norm
-transformer block and the masked attention the torch path uses. `weaver.speculative.weaver` assembles them.
+"""The Weaver adapter's building blocks (DESIGN §7): its config, its float32 RMSNorm with bias and the pre-norm
+transformer block. `weaver.speculative.weaver` assembles them.
 
 Norms are RMSNorm computed in float32, `weight * x / rms(x) + bias` (the bias is `config.norm_bias`, as in the
-paper's checkpoint). The MLP is fc1 -> GELU (erf) -> fc2 with biases; q/k/v and o projections have none.
+paper's checkpoint; `weaver.ops.weaver_norm`). The MLP is fc1 -> GELU (erf) -> fc2 with biases; q/k/v and o
+projections have none. The math after the attention is `weaver.ops.adapter_finish`, the reference of the fused
+kernel the tree steps run.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
-__all__ = ["WeaverBlock", "WeaverConfig", "WeaverNorm", "masked_attention"]
+from weaver.ops.adapter_finish import adapter_finish
+from weaver.ops.weaver_norm import weaver_norm
+
+__all__ = ["WeaverBlock", "WeaverConfig", "WeaverNorm"]
 
 
 @dataclass
@@ -43,12 +47,6 @@ class WeaverConfig:
         return self.d_rank // self.num_heads
 
 
-def masked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Masked softmax attention, scale head_dim^-0.5. q [B, H, T, hd]; k, v [B, H, S, hd]; mask [B, 1, T, S]
-    bool (True = attend; every row has a True: the prefix) -> [B, H, T, hd]."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-
-
 class WeaverNorm(nn.Module):
     """RMSNorm in float32 with an optional bias: weight * x / rms(x) (+ bias), cast back to x's dtype."""
 
@@ -59,11 +57,7 @@ class WeaverNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        y = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight.float()
-        if self.bias is not None:
-            y = y + self.bias.float()
-        return y.to(x.dtype)
+        return weaver_norm(x, self.weight, self.bias, self.eps)
 
 
 class WeaverBlock(nn.Module):
@@ -93,5 +87,6 @@ class WeaverBlock(nn.Module):
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         """Residual attention output and MLP. x [B, T, d_rank]; attn [B, H, T, head_dim] -> [B, T, d_rank]."""
         b, t, d = x.shape
-        x = x + self.o_proj(attn.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.norm_mlp(x))))
+        norm = self.norm_mlp
+        return adapter_finish(x, attn.transpose(1, 2).reshape(b, t, d), self.o_proj.weight, norm.weight, norm.bias,
+                              norm.eps, self.fc1.weight, self.fc1.bias, self.fc2.weight, self.fc2.bias)  # fmt: skip

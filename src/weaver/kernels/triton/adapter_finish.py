@@ -5,8 +5,9 @@ options) instead of ~7 kernels (two cuBLAS GEMMs with bias, one without, the nor
     h  = gelu(norm_mlp(x1) @ W_1^T + b_1)          (WeaverNorm prologue, bias + GELU epilogue)
     y  = x1 + (h @ W_2^T + b_2)                    (bias + residual epilogue)
 
-with the rounding points of `WeaverBlock.finish` in the model dtype. A step has a few node rows, so each
-launch is the per-row decode GEMV (one program per output tile and row; the rows re-read the tile from L2).
+with the rounding points of its torch reference, `weaver.ops.adapter_finish` (= `WeaverBlock.finish`), in the
+model dtype. A step has a few node rows, so each launch is the per-row decode GEMV (one program per output tile
+and row; the rows re-read the tile from L2).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def adapter_finish(
     fc2_weight: torch.Tensor,  # [d, mlp]
     fc2_bias: torch.Tensor,  # [d]
 ) -> torch.Tensor:
-    """`WeaverBlock.finish` on [R, d] rows (attention already concatenated over heads) -> [R, d]."""
+    """`weaver.ops.adapter_finish.adapter_finish` on [R, d] rows (attention concatenated over heads) -> [R, d]."""
     gemv = dict(row_tiles=False)
     x1 = fused_gemv(attn, o_weight, residual=x, **gemv)
     h = fused_gemv(x1, fc1_weight, norm_weight, eps, norm_fp32=True, norm_bias=norm_bias, bias=fc1_bias, gelu=True,

@@ -2,8 +2,8 @@
 
     top_lp, top_tok, top_ix = pool_top(y, norm_w, norm_b, eps, table, pool_ids, pool_prior, pool, c)
 
-Per node row r (batch row b = r // W, pool row p = pool[r]) this is, with the rounding points of
-`WeaverAdapter.score_pool` (norm in fp32 cast to y's dtype, the residual product in the table's dtype):
+Per node row r (batch row b = r // W, pool row p = pool[r]) this is `weaver.ops.pool_top.pool_top`, with its
+rounding points (norm in fp32 cast to y's dtype, the residual product in the table's dtype):
 
     q       = out_norm(y[r])                                        [d]
     logits  = pool_prior[b, p] + table[pool_ids[b, p]] @ q          [K]   (table = W_lm @ lm_head_query_in)
@@ -13,8 +13,8 @@ On the H200 the torch path is ~10 small kernels per adapter step (norm pieces, t
 GEMV, the prior add, log-softmax, top-k, the token gather), 17 steps a round. Launch 1 spreads the K
 gathered rows over (row, K-block) programs; launch 2 holds a row's K logits in one program for the
 log-sum-exp and the c selection rounds (`topk.select_top`: ties to the lowest pool index). With `push`, launch 2
-also does the device builder's `weaver_frontier.frontier_push` for its row (each row's children own their
-frontier columns), so the builder's step needs no launch of its own for it.
+also does the device builder's push for its row (`weaver.ops.weaver_frontier.frontier_push`; each row's children
+own their frontier columns), so the builder's step needs no launch of its own for it.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def _pool_top_kernel(
     b_tok = tl.load(ids + i_b * stride_ib + p * stride_id + b_idx, mask=m_c, other=0).to(tl.int64)
     b_lp = b_val - lse
     b_idx = b_idx.to(tl.int64)
-    if PUSH:  # frontier_push for this row's node (as weaver_frontier._push_kernel does for a batch row)
+    if PUSH:  # this row's node's children into the frontier (weaver.ops.weaver_frontier.frontier_push)
         push_children(
             f_score, f_item, f_logp, i_b, tl.load(node + i_r), tl.load(score + i_r),
             tl.load(grow + i_r + 0 * o_c) != 0,  # a [BLOCK_C] load: the interpreter rejects scalar-bool masks
@@ -116,8 +116,8 @@ def pool_top(
 
     With `push` (the device builder's frontier [B, F + 1] / [B, F + 1, 4] / [B, F + 1] and the popped nodes'
     ids, grow flags, scores and depths [B, w]), the second launch pushes the children as
-    `weaver_frontier.frontier_push` would, with candidate-table rows 1 + pool * K + index, and returns None:
-    one launch less per adapter step."""
+    `weaver.ops.weaver_frontier.frontier_push` does, with candidate-table rows 1 + pool * K + index, and returns
+    None: one launch less per adapter step."""
     check_device(y, norm_weight, norm_bias, table, pool_ids, pool_prior, pool)
     r, d = y.shape
     b, _, k = pool_ids.shape

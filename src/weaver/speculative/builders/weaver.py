@@ -1,7 +1,4 @@
-"""The `weaver_host` tree builder: batched best-first growth over cumulative Weaver log-probs (DESIGN §8).
-
-This is the host reference (Python heaps); the engine's `weaver` is its sync-free tensor version in
-weaver_builder_device.py, which importing this module registers. Both share `plan_weaver`.
+"""The `weaver` builder: batched best-first growth over cumulative Weaver log-probs (DESIGN §8).
 
 Score of a node = sum over its root path of log p_weaver(x_t | root..x_{t-1}), the adapter's conditional
 over the depth-t pool (top-K of the drafter's depth-t logits). Conditional log-probs are <= 0, so a child
@@ -10,23 +7,41 @@ never outscores its parent and best-first pops are prefix-closed and topological
     run the adapter on the root                      -> pool distribution of depth 1
     push the root's top-c children into the frontier (score = parent score + log p)
     repeat: pop the best w frontier entries per row (fewer when the budget is nearly spent), append them as
-            nodes; if some of them can still grow (depth < D and the row's budget not spent), run ONE
+            nodes; if some of them can still grow (depth < D' and the row's budget not spent), run ONE
             batched adapter step for them and push each one's top-c children
     until every row holds `budget` non-root nodes or its frontier is empty.
 
 w = 1 is exact best-first: the tree is the `budget` best nodes of the top-c-children universe. w > 1
 (paper code: w = ceil(budget/16)) trades exactness for about budget/w sequential adapter calls.
 Siblings are distinct (top-c of K distinct candidates); candidates whose log-prob is -inf are dropped.
+The output N = 1 + min(budget, c + c^2 + ... + c^D') with D' = min(D, max_depth) and c = min(c, K): a
+function of the arguments and shapes only (`plan_weaver`, shared by both builders).
 
-Data movement per adapter call: a [4, B, w] block of slots/tokens/parents/depths to the device and a
-[2, B, w, c] block of child log-probs/tokens back; the frontier is a Python heap per row (<= budget*c
-entries). The adapter's node slot of a tree node is its node index (root 0); slots budget+1 .. budget+w
-are scratch for padding entries. The output N = 1 + min(budget, c + c^2 + ... + c^D') with
-D' = min(D, max_depth) and c = min(c, K): a function of the arguments and shapes only.
+Reference (`build_weaver_reference`): the frontier is a Python heap per row (<= budget*c entries); per
+adapter call a [5, B, w] block of slots/tokens/parents/depths/candidate rows goes to the device and a
+[3, B, w, c] block of child log-probs/tokens/candidate rows comes back. The adapter's node slot of a tree
+node is its node index (root 0); slots N .. N+w-1 are scratch for padding entries.
+
+Device (`build_weaver`, the engine's): the same search with fixed tensors and a fixed number of pop rounds
+(`weaver_search_rounds`), no host work per node and no host sync (`frontier.py`). Scores are float64 sums
+of float32 log-probs, as in the reference, so both pop the same entries in the same order and return
+identical trees (ties aside: the heap breaks them by push order, a top-k does not; the Triton top-k takes
+the lowest column first, which is push order).
+
+Rounds. A reference round pops w nodes, or finishes the row, or drains the frontier (pops all of it, fewer
+than w). If every expanded node pushes c finite children, the frontier after m pops holds c(1 + e) - m
+entries, e = popped nodes above depth D'; when the smallest value this can take over prefix-closed node
+sets stays >= min(w, budget' - m) at every m = 0, w, 2w, ..., no round drains and ceil(budget'/w) rounds
+suffice. Otherwise: the frontier's shallowest depth never decreases and every draining round raises it,
+so at most D' - 1 rounds drain before the last one; with one pop per draining round that is
+floor((budget' - 1 - j)/w) + j + 1 rounds, j = min(D' - 1, budget' - 1). Children whose log-prob is -inf
+(masked drafter logits) are dropped as in the reference; they can only make the first bound short, and then
+the device tree is the reference's first pop rounds (a smaller valid tree).
 """
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 from dataclasses import dataclass
@@ -34,28 +49,26 @@ from dataclasses import dataclass
 import torch
 
 from weaver.errors import GenerationConfigError
-from weaver.speculative.builders import register_builder, trie_size
+from weaver.kernels.dispatch import use_kernel
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
+from weaver.speculative.builders import check_inputs, trie_size
+from weaver.speculative.builders.frontier import Frontier, expand_root, grow_kernels, grow_reference
 from weaver.speculative.tree import DraftTree
 from weaver.speculative.weaver import WeaverAdapter, WeaverRound
 
-__all__ = ["WeaverPlan", "build_weaver", "plan_weaver", "weaver_tree_size"]
+__all__ = ["WeaverPlan", "build_weaver", "build_weaver_reference", "plan_weaver", "weaver_search_rounds"]
 
-# A frontier entry: (-score, tie-break counter, parent node, token, log p under the parent, depth,
-# candidate-table row)
+# A frontier entry of the reference: (-score, tie-break counter, parent node, token, log p under the parent,
+# depth, candidate-table row)
 _Entry = tuple[float, int, int, int, float, int, int]
 # A node handed to the adapter: (entry index in its row's w-block, node id, token, parent node, depth,
 # candidate-table row)
 _Job = tuple[int, int, int, int, int, int]
 
 
-def weaver_tree_size(budget: int, depth: int, c: int) -> int:
-    """Non-root nodes of the output: min(budget, c + c^2 + ... + c^depth) (the whole c-ary trie if it fits)."""
-    return trie_size(budget, depth, c)
-
-
 @dataclass(frozen=True)
 class WeaverPlan:
-    """The static sizes of one weaver build, shared by the host and device builders (never data-dependent)."""
+    """The static sizes of one weaver build, shared by the reference and the device builder (never data-dependent)."""
 
     adapter: WeaverAdapter
     target_hidden: torch.Tensor  # [B, Ht]
@@ -86,19 +99,9 @@ def plan_weaver(
     w: int | None,
     c: int,
     pool_size: int | None,
-    context: dict[str, object],
 ) -> WeaverPlan:
     """Check a weaver builder's arguments and resolve D', K, c, w and N (one place for both builders)."""
-    if root.dim() != 1:
-        raise ValueError(f"root must be [B], got shape {tuple(root.shape)}")
-    if marginals_logits.dim() != 3 or marginals_logits.shape[0] != root.shape[0]:
-        raise ValueError(
-            f"marginals_logits must be [B, D, V] with B = {root.shape[0]}, got {tuple(marginals_logits.shape)}"
-        )
-    if budget < 0:
-        raise ValueError(f"budget must be >= 0, got {budget}")
-    if draft_hidden is None:  # builders.py's docstring names the context key `drafter_hidden`
-        draft_hidden = context.get("drafter_hidden")  # type: ignore[assignment]
+    check_inputs(root, marginals_logits, budget)
     if not isinstance(adapter, WeaverAdapter) or target_hidden is None or not isinstance(draft_hidden, torch.Tensor):
         raise GenerationConfigError(
             "the weaver builder needs adapter=WeaverAdapter, target_hidden=[B, Ht] and draft_hidden=[B, D, Ht]"
@@ -112,10 +115,77 @@ def plan_weaver(
     k = min(pool_size or adapter.config.pool_size, V)
     c = min(c, k)
     width = min(w if w is not None else math.ceil(budget / 16), budget) or 1
-    n = 1 + weaver_tree_size(budget, depth, c)
+    n = 1 + trie_size(budget, depth, c)
     return WeaverPlan(adapter, target_hidden, draft_hidden[:, :depth], depth, k, c, width, n)
 
 
+# ---------------------------------------------------------------- device builder (the engine's)
+@torch.no_grad()
+def build_weaver(
+    root: torch.Tensor,  # [B] long
+    marginals_logits: torch.Tensor,  # [B, D, V] drafter logits; row d: depth d+1
+    budget: int,
+    *,
+    adapter: WeaverAdapter | None = None,
+    target_hidden: torch.Tensor | None = None,  # [B, Ht] target final-norm hidden at the root's producer
+    draft_hidden: torch.Tensor | None = None,  # [B, D, Ht] drafter hidden h_1..h_D
+    options: RuntimeOptions = DEFAULT_OPTIONS,
+    w: int | None = None,
+    c: int = 8,
+    pool_size: int | None = None,
+    **context: object,  # the other builders' options (unused)
+) -> DraftTree:
+    """Weaver tree of at most `budget` non-root nodes per row, with tensor ops only (module docstring).
+
+    w: nodes expanded per adapter call (default ceil(budget / 16)); c: children pushed per expanded node;
+    pool_size: K (default adapter.config.pool_size; at most V). draft_logprobs = log p_weaver(token | path).
+    The Triton loop runs where `use_kernel(options, ...)` and the round has the adapter's candidate table.
+    """
+    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size)
+    if plan.n == 1:
+        return DraftTree.root_only(root)
+    state = plan.begin(marginals_logits, root)
+    frontier = Frontier.empty(root.to(state.visible.device), plan.n, plan.width, plan.c, plan.depth)
+    expand_root(plan.adapter, state, frontier, plan.c)
+    rounds = weaver_search_rounds(plan.n - 1, plan.width, plan.depth, plan.c)
+    if state.cand_x is not None and use_kernel(options, state.visible):
+        grow_kernels(plan.adapter, state, frontier, rounds, plan.c, options)
+    else:
+        grow_reference(plan.adapter, state, frontier, rounds, plan.c, options)
+    return frontier.tree().to(root.device)
+
+
+def _fewest_expanded(m: int, c: int, depth: int) -> int:
+    """Lower bound on e, the nodes above depth D' among m nodes of a prefix-closed set of the c-ary trie.
+
+    With x nodes at depth D' (the only ones not expanded), e = m - x. They hang under y >= x / c nodes at
+    depth D'-1, which need ceil(y / c^i) ancestors i levels up: e >= cost(y) = sum_{i < D'-1} ceil(y / c^i).
+    So e >= min over y >= 0 of max(cost(y), m - c*y) (y = 0: every node expanded, e = m).
+    """
+    if depth == 1:
+        return 0
+    best = m  # x = 0: every node expanded
+    for parents_bottom in range(1, m + 1):  # y nodes at depth D'-1 hold up to c*y leaves
+        cost = sum(-(-parents_bottom // c**i) for i in range(depth - 1))
+        if cost >= best:
+            break
+        best = min(best, max(cost, m - c * parents_bottom))
+    return best
+
+
+@functools.lru_cache(maxsize=256)
+def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
+    """Pop rounds that cover every reference search of `nodes` non-root nodes (static: the module docstring)."""
+    if nodes <= 0:
+        return 0
+    no_drain = all(c * (1 + _fewest_expanded(m, c, depth)) - m >= min(width, nodes - m) for m in range(0, nodes, width))
+    if no_drain:
+        return math.ceil(nodes / width)
+    drains = min(depth - 1, nodes - 1)
+    return (nodes - 1 - drains) // width + drains + 1
+
+
+# ---------------------------------------------------------------- reference (host heaps)
 def _expand(
     adapter: WeaverAdapter,
     state: WeaverRound,
@@ -144,28 +214,22 @@ def _expand(
     return out[0].tolist(), out[1].long().tolist(), out[2].long().tolist()  # one transfer
 
 
-@register_builder("weaver_host")
 @torch.no_grad()
-def build_weaver(
+def build_weaver_reference(
     root: torch.Tensor,  # [B] long
-    marginals_logits: torch.Tensor,  # [B, D, V] drafter logits; row d: depth d+1
+    marginals_logits: torch.Tensor,  # [B, D, V]
     budget: int,
     *,
     adapter: WeaverAdapter | None = None,
-    target_hidden: torch.Tensor | None = None,  # [B, Ht] target final-norm hidden at the root's producer
-    draft_hidden: torch.Tensor | None = None,  # [B, D, Ht] drafter hidden h_1..h_D
+    target_hidden: torch.Tensor | None = None,  # [B, Ht]
+    draft_hidden: torch.Tensor | None = None,  # [B, D, Ht]
     w: int | None = None,
     c: int = 8,
     pool_size: int | None = None,
-    **context: object,
 ) -> DraftTree:
-    """Weaver tree of at most `budget` non-root nodes per row (see the module docstring).
-
-    w: nodes expanded per adapter call (default ceil(budget / 16)); c: children pushed per expanded node;
-    pool_size: K (default adapter.config.pool_size; at most V). draft_logprobs = log p_weaver(token | path).
-    `drafter_hidden=` is accepted as an alias of `draft_hidden=`.
-    """
-    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size, context)
+    """The weaver tree by best-first pops from host heaps (module docstring): the readable reference of
+    `build_weaver`, same arguments (the adapter's own options decide its kernels) and output."""
+    plan = plan_weaver(root, marginals_logits, budget, adapter, target_hidden, draft_hidden, w, c, pool_size)
     B, depth, c, width, n = root.shape[0], plan.depth, plan.c, plan.width, plan.n
     if n == 1:
         return DraftTree.root_only(root)
@@ -224,6 +288,3 @@ def build_weaver(
     out = out.to(root.device)
     tokens = torch.cat([root[:, None].long(), out[0, :, 1:].long()], dim=1)  # [B, n]
     return DraftTree(tokens, out[1].long(), out[2].long(), out[3].bool(), out[4].float())
-
-
-from weaver.speculative import weaver_builder_device as _device  # noqa: E402, F401  (registers "weaver")

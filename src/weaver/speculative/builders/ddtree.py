@@ -1,0 +1,194 @@
+"""The `ddtree` builder (DDTree, arXiv 2604.12989): the best prefix-closed set of `budget` nodes under the
+factorized score s(path) = sum_d log q_d(x_d) (q_d = softmax of the depth-d marginal).
+
+Per depth the top-k tokens are kept (k = min(budget, V), or min(topk, V)); the same ranked list serves every
+parent, the weakness Weaver removes. Output N = 1 + min(budget, k + ... + k^D) (`plan_ddtree`).
+
+Reference (`build_ddtree_reference`, a host heap): pop the best prefix, push its next sibling and its first
+child; `budget` pops. Every extension scores below its prefix, so the popped set is the top-`budget` node
+set, which is prefix-closed, in descending score order.
+
+Device (`build_ddtree`, the engine's): no adapter runs between pops, so the same set can be found level by
+level instead of pop by pop, with D' = min(D, budget') top-k calls (budget' = N - 1) and no host sync:
+
+    level 1:  the top-min(budget', k) depth-1 paths (the top tokens of q_1)
+    level d:  the top-min(budget' - d + 1, ...) of {p + x : p in level d-1, x in the top-k of q_d}
+    tree:     the best budget' entries of all levels together (stable sort, shallow levels first)
+
+Each level holds the best depth-d paths of the whole trie: if a depth-d path p.x is among the L best
+depth-d paths, fewer than L depth-(d-1) paths beat p (each one extended by the best token would beat
+p.x), so p is in level d-1. The budget' best nodes overall hold at most budget' - d + 1 depth-d nodes
+(each has d - 1 ancestors in the set) and every depth-d path better than one of them, so they are among
+the budget' - d + 1 best of their depth. Ties keep the tree valid: a node equal to its parent sorts
+after it (shallower levels come first in the stable sort) and is built from a parent in the list. The node
+order is the reference's pop order, so the trees are identical (ties aside: the heap breaks them by rank path).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
+from weaver.speculative.builders import check_inputs, trie_size
+from weaver.speculative.tree import DraftTree
+
+__all__ = ["DDTreePlan", "build_ddtree", "build_ddtree_reference", "plan_ddtree"]
+
+_NEG_INF = float("-inf")
+
+
+@dataclass(frozen=True)
+class DDTreePlan:
+    """The static sizes of one ddtree build, shared by the reference and the device builder."""
+
+    k: int  # tokens kept per depth
+    nodes: int  # budget' = N - 1: non-root nodes of the output
+
+    def top(self, marginals_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The top-k log-marginals per depth, descending, and their tokens: [B, D, k] each. An all -inf
+        marginal gives NaN log-probs: they become -inf (never proposed)."""
+        logq = torch.log_softmax(marginals_logits.float(), dim=-1)  # [B, D, V]
+        top_lq, top_ids = torch.topk(logq, self.k, dim=-1)
+        return torch.where(top_lq.isnan(), _NEG_INF, top_lq), top_ids
+
+
+def plan_ddtree(root: torch.Tensor, marginals_logits: torch.Tensor, budget: int, topk: int | None) -> DDTreePlan:
+    """Check the arguments and resolve k and budget' (one place for both builders)."""
+    check_inputs(root, marginals_logits, budget)
+    if topk is not None and topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    _, depth, vocab = marginals_logits.shape
+    k = min(budget if topk is None else topk, vocab)
+    return DDTreePlan(k, trie_size(budget, depth, k))
+
+
+@torch.no_grad()
+def build_ddtree(
+    root: torch.Tensor,  # [B] long
+    marginals_logits: torch.Tensor,  # [B, D, V]
+    budget: int,
+    *,
+    topk: int | None = None,
+    options: RuntimeOptions = DEFAULT_OPTIONS,  # unused: every op here is a torch op
+    **context: object,  # the other builders' inputs and options (unused)
+) -> DraftTree:
+    """The DDTree tree built level by level with tensor ops only (module docstring), for CUDA-graph capture."""
+    plan = plan_ddtree(root, marginals_logits, budget, topk)
+    k, nodes = plan.k, plan.nodes
+    if nodes == 0:
+        return DraftTree.root_only(root)
+    B, D, _ = marginals_logits.shape
+    dev = marginals_logits.device
+    top_lq, top_ids = plan.top(marginals_logits)  # [B, D, k]
+
+    # 1) levels: the best depth-(d+1) paths; at most nodes - d of them fit under their d ancestors
+    lq64 = top_lq.double()
+    scores, flats = [], []  # per level: [B, L] scores and index parent * k + rank (parent: in level d-1)
+    prev = torch.zeros(B, 1, dtype=torch.float64, device=dev)  # level 0: the root
+    for d in range(min(D, nodes)):
+        cand = (prev[:, :, None] + lq64[:, d, None, :]).flatten(1)  # [B, L_{d-1} * k]
+        prev, flat = torch.topk(cand, min(nodes - d, cand.shape[1]), dim=1)  # [B, L_d]
+        scores.append(prev)
+        flats.append(flat)
+    starts = [0]
+    for s in scores:
+        starts.append(starts[-1] + s.shape[1])  # column where each level starts
+
+    # 2) per candidate (levels concatenated): score, parent's candidate index (-1: the root), depth, token
+    score = torch.cat(scores, dim=1)  # [B, M]
+    flat = torch.cat(flats, dim=1)  # [B, M]
+    depth = torch.cat([torch.full_like(f, d + 1) for d, f in enumerate(flats)], dim=1)  # [B, M]
+    level_start = torch.cat([torch.full_like(f, starts[max(d - 1, 0)]) for d, f in enumerate(flats)], dim=1)
+    parent = torch.where(depth > 1, flat // k + level_start, -1)  # [B, M]
+    flat_rank = (depth - 1) * k + flat % k  # index into top_lq / top_ids flattened over (depth, rank)
+    token = top_ids.flatten(1).gather(1, flat_rank)
+    lq = top_lq.flatten(1).gather(1, flat_rank)
+
+    # 3) the best `nodes` candidates, best first (stable: a tie with an ancestor keeps the ancestor first)
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :nodes]  # [B, nodes]
+    position = torch.full_like(score, 0, dtype=torch.long).scatter_(
+        1, order, torch.arange(1, nodes + 1, device=dev).expand(B, nodes)
+    )  # [B, M]: node id of each chosen candidate (0 = not chosen)
+    valid = score.gather(1, order) > _NEG_INF  # [B, nodes]
+    par = parent.gather(1, order)  # [B, nodes]
+    par_node = torch.where(par >= 0, position.gather(1, par.clamp(min=0)), 0)
+
+    def column(t: torch.Tensor, pad: float | int) -> torch.Tensor:
+        return torch.where(valid, t.gather(1, order), pad)
+
+    zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
+    out = DraftTree(
+        tokens=torch.cat([root[:, None].long().to(dev), column(token, 0)], dim=1),  # [B, N]
+        parents=torch.cat([zero - 1, torch.where(valid, par_node, -1)], dim=1),
+        depth=torch.cat([zero, column(depth, 0)], dim=1),
+        valid=torch.cat([zero == 0, valid], dim=1),
+        draft_logprobs=torch.cat([zero.float(), column(lq, 0.0)], dim=1),
+    )
+    return out.to(root.device)
+
+
+def _reference_row(logq: list[list[float]], ids: list[list[int]], budget: int) -> list[tuple[int, int, int, float]]:
+    """Best-first pops for one row. logq/ids: [D][k] top-k log-marginals (descending) and their tokens.
+
+    Returns (token, parent, depth, log q) per non-root node in pop order (topological: a node is pushed
+    only after its parent was popped). Heap key: (-score, rank path) - the rank path breaks ties
+    lexicographically. Node = (marginal index d, rank r under its parent); its next sibling is rank r+1
+    under the same parent and its first child is rank 0 at d+1.
+    """
+    depth, k = len(logq), len(logq[0]) if logq else 0
+    nodes: list[tuple[int, int, int, float]] = []
+    heap: list[tuple[float, tuple[int, ...], int, int, int]] = []  # (-score, ranks, d, r, parent)
+    if depth == 0 or k == 0 or budget == 0:
+        return nodes
+    if logq[0][0] > _NEG_INF:
+        heap.append((-logq[0][0], (0,), 0, 0, 0))
+    while heap and len(nodes) < budget:
+        neg, ranks, d, r, parent = heapq.heappop(heap)
+        score = -neg
+        nodes.append((ids[d][r], parent, d + 1, logq[d][r]))
+        me = len(nodes)  # node id in the output tree (root is 0)
+        if r + 1 < k and logq[d][r + 1] > _NEG_INF:  # next sibling: same parent, next rank
+            heapq.heappush(
+                heap, (-(score - logq[d][r] + logq[d][r + 1]), ranks[:-1] + (r + 1,), d, r + 1, parent)
+            )
+        if d + 1 < depth and logq[d + 1][0] > _NEG_INF:  # first child: best token one level deeper
+            heapq.heappush(heap, (-(score + logq[d + 1][0]), ranks + (0,), d + 1, 0, me))
+    return nodes
+
+
+@torch.no_grad()
+def build_ddtree_reference(
+    root: torch.Tensor, marginals_logits: torch.Tensor, budget: int, *, topk: int | None = None
+) -> DraftTree:
+    """The DDTree tree by best-first pops on the host (module docstring): the readable reference of `build_ddtree`,
+    same arguments and output.
+
+    The top-k runs on the device in one call; only the [B, D, k] block moves to the host, once; the heap
+    does at most `budget` pops per row in Python.
+    """
+    plan = plan_ddtree(root, marginals_logits, budget, topk)
+    n = 1 + plan.nodes
+    if n == 1:
+        return DraftTree.root_only(root)
+    B = root.shape[0]
+    top_val, top_idx = plan.top(marginals_logits)  # [B, D, k] each, descending
+    host = torch.stack([top_val.double(), top_idx.double()]).cpu()  # one transfer; ids < 2^53 are exact
+    vals, idxs = host[0].tolist(), host[1].long().tolist()
+
+    # [5, B, n] on the host: tokens, parents, depth, valid, draft_logprobs; row 0 of each tree = the root
+    out = torch.zeros(5, B, n, dtype=torch.float64)
+    out[1] = -1.0
+    out[3, :, 0] = 1.0
+    for b in range(B):
+        nodes = _reference_row(vals[b], idxs[b], budget)
+        if nodes:
+            cols = torch.tensor(nodes, dtype=torch.float64).T  # [4, m]: token, parent, depth, log q
+            m = cols.shape[1] + 1
+            out[[0, 1, 2, 4], b, 1:m] = cols
+            out[3, b, 1:m] = 1.0
+    out = out.to(root.device)  # one transfer back
+    tokens = torch.cat([root[:, None].long(), out[0, :, 1:].long()], dim=1)  # [B, n]
+    return DraftTree(tokens, out[1].long(), out[2].long(), out[3].bool(), out[4].float())
