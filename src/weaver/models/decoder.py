@@ -21,7 +21,7 @@ from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import rope_cos_sin, rope_inv_freq
 from weaver.models.step import StepInputs, build_step
-from weaver.options import RuntimeOptions
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 
 
 @dataclass
@@ -69,7 +69,7 @@ class Decoder(nn.Module):
     def __init__(self, cfg: ModelConfig, options: RuntimeOptions | None = None) -> None:
         super().__init__()
         self.config = cfg
-        self.options = options or RuntimeOptions()  # the GDN / conv paths of every forward
+        self.options = options or DEFAULT_OPTIONS  # the GDN / conv paths of every forward
         self.model = DecoderBody(cfg)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_word_embeddings:

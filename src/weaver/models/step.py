@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 
 from weaver.ops.tree import ancestor_mask
-from weaver.options import RuntimeOptions
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 
 
 @dataclass
@@ -24,7 +24,7 @@ class StepInputs:
     window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
     parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
     tree_structure: object | None = None  # kernel-side tree structure, built once per verify
-    options: RuntimeOptions = RuntimeOptions()  # which GDN / conv paths the layers take
+    options: RuntimeOptions = DEFAULT_OPTIONS  # which GDN / conv paths the layers take
 
     @property
     def is_tree(self) -> bool:

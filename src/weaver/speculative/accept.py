@@ -45,7 +45,7 @@ import torch
 
 from weaver.errors import GenerationConfigError
 from weaver.kernels.vocab_top1 import argmax_last
-from weaver.options import RuntimeOptions
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.sampling import SamplingParams, sample_from_probs
 from weaver.speculative.tree import DraftTree
 
@@ -133,7 +133,7 @@ def accept_greedy(
     `options` pick the argmax's path (the vocabulary kernel or torch: the same tokens).
     """
     _check(tree, target_probs_or_logits, "target_probs_or_logits")
-    return _accept_by_choice(tree, argmax_last(target_probs_or_logits, options or RuntimeOptions()), path_len)
+    return _accept_by_choice(tree, argmax_last(target_probs_or_logits, options or DEFAULT_OPTIONS), path_len)
 
 
 def accept_target_only(

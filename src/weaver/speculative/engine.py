@@ -20,7 +20,7 @@ from weaver.kernels import launch_config
 from weaver.kernels.dispatch import use_kernel
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
-from weaver.options import RuntimeOptions
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_stages
 from weaver.speculative.readback import ChunkReadback
 from weaver.speculative.round import (
@@ -75,7 +75,7 @@ class Engine:
         self, model: Decoder, options: RuntimeOptions | None = None, drafter=None, adapter=None, timing: bool = False
     ) -> None:
         self.model, self.drafter, self.adapter = model, drafter, adapter
-        self.options = options or RuntimeOptions()
+        self.options = options or DEFAULT_OPTIONS
         self.device = model.device
         self.timing = timing  # per-stage times (device events or syncs; off for speed runs)
         launch_config.configure(self.options)

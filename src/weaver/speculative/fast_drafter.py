@@ -20,7 +20,7 @@ from torch import nn
 
 from weaver.kernels.dispatch import use_kernel
 from weaver.models.fused_layer import FusedLayers, LayerWeights
-from weaver.options import RuntimeOptions
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
 
@@ -88,7 +88,7 @@ def fast_drafter(
 ) -> FastDrafter | None:
     """FastDrafter where `options.kernels` runs the Triton kernels on the drafter's tensors (default options:
     on CUDA with triton) and the drafter allows it, else None (the torch draft)."""
-    if not use_kernel(options or RuntimeOptions(), drafter.fc.weight):
+    if not use_kernel(options or DEFAULT_OPTIONS, drafter.fc.weight):
         return None
     if unsupported_reason(drafter, lm_head) is not None:
         return None

@@ -8,8 +8,8 @@
     conv_new = wt.conv_state_commit(x, path, conv_state)
 
 Each function matches `weaver.ops.gdn` / `weaver.ops.conv` (a raw parents tensor works in place of the
-TreeStructure). Every kernel has a fixed launch configuration, so under `TRITON_INTERPRET=1` the CPU
-tests run them on CPU tensors; on a machine without CUDA `weaver.ops` sets that variable on import.
+TreeStructure). Every kernel has a fixed launch configuration, so under `TRITON_INTERPRET=1` (set by the test
+suite before triton loads) the CPU tests run them on CPU tensors.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from __future__ import annotations
 import importlib.util
 
 import torch
-
-# TRITON_INTERPRET (the interpreter on machines without CUDA) is set by the parent package, weaver.ops.
 
 __all__ = [
     "GDNTreeConfig",
