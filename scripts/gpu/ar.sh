@@ -5,7 +5,7 @@
 # decode (fused Triton step) next to transformers' static-cache generate, 256 tokens, in one run;
 # 3) weaver alone at 1024 tokens (attention cost grows with the context).
 # The launch-config sweep behind gemv_config: `python3 scripts/gpu/decode_sweep.py`; the torch
-# (compiled + graphed) decode step: prefix the bench with WEAVER_FAST_DECODE=0.
+# (compiled + graphed) decode step: add `--kernels torch` to the bench.
 set -e
 source scripts/gpu/setup.sh
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }

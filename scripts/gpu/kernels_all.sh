@@ -21,12 +21,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then  # kernels.sh installs them too; the prob
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
-{
-  if ! timeout 120 python3 scripts/gpu/gdn_probe.py; then
-    echo "probe failed: WEAVER_GDN_TREE_BT=32"; echo 32 > "$OUT/force_bt"
-  fi
-} 2>&1 | tee "$OUT/probe.txt"
-[ -f "$OUT/force_bt" ] && export WEAVER_GDN_TREE_BT=32
+timeout 120 python3 scripts/gpu/gdn_probe.py 2>&1 | tee "$OUT/probe.txt"
 KERNELS_BENCH=0 KERNELS_TEST_TIMEOUT=${KA_TEST:-110} KERNELS_TEST_K=$K bash scripts/gpu/kernels.sh
 KERNELS_TESTS=0 KERNELS_BENCH_TIMEOUT=${KA_BENCH:-190} \
   KERNELS_BENCH_ARGS="--T 16 32 64 128 256 --kinds tree chain --reps 100 --sets 8" bash scripts/gpu/kernels.sh

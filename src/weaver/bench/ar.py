@@ -20,6 +20,8 @@ import time
 
 import torch
 
+from weaver.options import add_runtime_arguments, runtime_options
+
 PROMPT = "Write a detailed essay about the history of the printing press and its effects on Europe."
 
 
@@ -31,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed runs (median reported)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
     parser.add_argument("--out", default=None, help="write the JSON report here")
+    add_runtime_arguments(parser)
 
 
 def _matching_prefix(a: list[int], b: list[int]) -> int:
@@ -104,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
     import weaver
 
-    llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype)
+    llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, options=runtime_options(args))
     device = str(llm.model.device.type)
     report = {
         "device": torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu",
