@@ -1,1 +1,0 @@
-"""weaver.train"""
