@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from weaver.kernels.triton.vocab_top1 import vocab_top1, vocab_top1_config
 from weaver.kernels.vocab_top1 import VOCAB_TOP1_MIN_V, argmax_last, top1_logprob, vocab_top1_op
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.testing import assert_close
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -127,18 +128,20 @@ def test_vocab_top1_rejects() -> None:
     assert logp.shape == index.shape == (0,)
 
 
+@pytest.mark.parametrize("kernels", ["auto", "triton"])
 @pytest.mark.parametrize("V", [40, VOCAB_TOP1_MIN_V, 3000])
-def test_top1_logprob_and_argmax_last_are_the_torch_path(V: int) -> None:
-    """Any leading dims, and a depth slice as the chain builder takes it. CPU: the torch path itself; CUDA:
-    the kernel from VOCAB_TOP1_MIN_V on."""
+def test_top1_logprob_and_argmax_last_are_the_torch_path(V: int, kernels: str) -> None:
+    """Any leading dims, and a depth slice as the chain builder takes it. auto on CPU: the torch path itself;
+    on CUDA, or with kernels="triton" (the interpreter on CPU): the kernel from VOCAB_TOP1_MIN_V on."""
+    options = RuntimeOptions(kernels=kernels)
     x = logits(6, V, torch.float32, seed=V).view(2, 3, V)
     x[1, 2, V // 2] = x[1, 2].max()  # a tie: the lower index wins on both paths
     for t in (x, x[:, :2], x[0, 0], x.bfloat16()):
-        best, index = top1_logprob(t)
+        best, index = top1_logprob(t, options)
         want_best, want_index = torch.log_softmax(t.float(), dim=-1).max(dim=-1)
         assert best.dtype == torch.float32 and best.shape == index.shape == t.shape[:-1]
         assert_close("top1_logprob", want_best, best, rtol=2e-6, floor=1.0)
-        assert torch.equal(index, want_index) and torch.equal(argmax_last(t), t.argmax(dim=-1))
+        assert torch.equal(index, want_index) and torch.equal(argmax_last(t, options), t.argmax(dim=-1))
     assert index[1, 2].item() == int(x[1, 2].argmax())
 
 
@@ -149,9 +152,9 @@ def test_vocab_top1_op_compiles() -> None:
     torch.library.opcheck(vocab_top1_op, (x[:, :2000],))
 
     def f(s: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        best, index = top1_logprob(s[None, :, :2000] * 2)
+        best, index = top1_logprob(s[None, :, :2000] * 2, DEFAULT_OPTIONS)
         logp, first = vocab_top1_op(s[:, 1:])
-        return best + 1, index, argmax_last(s), logp, first
+        return best + 1, index, argmax_last(s, DEFAULT_OPTIONS), logp, first
 
     torch._dynamo.reset()
     got = torch.compile(f, backend="inductor" if FULL else "aot_eager", fullgraph=True)(x)
