@@ -12,6 +12,22 @@ if not torch.cuda.is_available():
 sys.path.insert(0, str(Path(__file__).parent))  # `helpers` (shared fixtures) imports by name
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--triton-full",
+        action="store_true",
+        default=False,
+        help="run the Triton kernel tests compiled on CUDA at full size (default: interpreted on the CPU, small sizes)",
+    )
+
+
+def pytest_configure(config):
+    """Hand --triton-full to helpers.triton_env before any test module imports its FULL / DEVICE."""
+    from helpers import triton_env
+
+    triton_env.configure(config.getoption("--triton-full"))
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `gpu` need CUDA; on a CPU machine (where `make test` deselects them anyway) say so."""
     import pytest

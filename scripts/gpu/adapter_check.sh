@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/adapter_out}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|weaver_builder_device.py\|for _ in range\|warn_once\|^$"; }
-(cd tests/ops && WEAVER_TRITON_FULL=1 timeout "${AC_TEST_S:-120}" python3 -m pytest -q -p no:cacheprovider \
+(cd tests/ops && timeout "${AC_TEST_S:-120}" python3 -m pytest --triton-full -q -p no:cacheprovider \
   ${AC_TESTS:-test_triton_pool_top.py test_triton_node_attention.py test_triton_topk.py test_triton_adapter_finish.py \
   test_triton_weaver_frontier.py} 2>&1 \
   | tail -4) | tee "$OUT/tests_gpu.txt"

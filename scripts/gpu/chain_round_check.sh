@@ -15,7 +15,7 @@
 OUT=${OUT:-/tmp/chain_round_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${CR_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rf \
+(timeout "${CR_TEST_S:-150}" python3 -m pytest --triton-full -q -p no:cacheprovider -x -rf \
   ${CR_TESTS:-tests/kernels/test_tree_attention.py tests/kernels/test_vocab_top1.py tests/spec/test_fast_drafter.py \
   tests/models/test_fast_verify.py} 2>&1 | tail -8) | tee -a "$OUT/tests_gpu.txt"
 timeout "${CR_CHECK_S:-100}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt"

@@ -15,7 +15,7 @@
 OUT=${OUT:-/tmp/pdl_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${PD_TEST_S:-200}" python3 -m pytest -q -p no:cacheprovider -x -rf \
+(timeout "${PD_TEST_S:-200}" python3 -m pytest --triton-full -q -p no:cacheprovider -x -rf \
   tests/kernels/test_tree_attention.py tests/kernels/test_decode.py tests/kernels/test_pool_top.py \
   tests/kernels/test_node_attention.py tests/kernels/test_weaver_frontier.py tests/kernels/test_vocab_top1.py \
   tests/kernels/test_topk.py tests/kernels/test_structure.py tests/models/test_fast_verify.py \

@@ -14,7 +14,7 @@
 OUT=${OUT:-/tmp/push_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${PC_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rfs \
+(timeout "${PC_TEST_S:-150}" python3 -m pytest --triton-full -q -p no:cacheprovider -x -rfs \
   tests/kernels/test_pool_top.py tests/kernels/test_weaver_frontier.py tests/models/test_fast_decode.py \
   2>&1 | tail -5) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PC_CHECK_S:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4

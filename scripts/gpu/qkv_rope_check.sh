@@ -10,7 +10,7 @@
 OUT=${OUT:-/tmp/qkv_rope_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${PC_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -rfs \
+(timeout "${PC_TEST_S:-150}" python3 -m pytest --triton-full -q -p no:cacheprovider -rfs \
   tests/kernels/test_qkv_rope.py tests/models/test_fast_verify.py 2>&1 | tail -8) | tee -a "$OUT/tests_gpu.txt"
 timeout "${PC_CHECK_S:-100}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee "$OUT/rounds_check.txt" | tail -4
 profile before WEAVER_QKV_ROPE=0

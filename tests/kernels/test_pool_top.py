@@ -1,6 +1,6 @@
 """The fused Weaver step tail (weaver.kernels.triton.pool_top) vs the adapter's own torch path.
 
-CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
+CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
 the benchmark's adapter (d_rank 512, pool 512, c 8, SmolLM2's vocabulary). The torch path is
 `WeaverAdapter.score_pool` -> log_softmax -> top-k -> token gather, which `step_top` runs off CUDA.
 """

@@ -1,7 +1,7 @@
 """The device weaver builder's Triton bookkeeping (weaver.kernels.triton.weaver_frontier) vs its tensor-op path.
 
 CPU: the kernels run under TRITON_INTERPRET=1 inside `build_weaver_device` (FRONTIER_KERNELS forced on); the
-trees must equal the tensor-op path's and the host builder's. GPU (`WEAVER_TRITON_FULL=1`): the same, compiled,
+trees must equal the tensor-op path's and the host builder's. GPU (`--triton-full`): the same, compiled,
 on CUDA, plus one case at the benchmark's shapes (d_rank 512, pool 512, budget 64, w 4, c 8).
 """
 
