@@ -11,6 +11,12 @@ if not torch.cuda.is_available():
 
 sys.path.insert(0, str(Path(__file__).parent))  # `helpers` (shared fixtures) imports by name
 
+# The tensors of the tests are tiny (most time goes to Python: the Triton interpreter, hypothesis, the engine
+# loop): one intra-op thread per process is fastest, and `make test` runs two processes (pytest-xdist -n 2) on
+# two cores. With two OpenMP threads, a busy second core slows small ops tenfold and more (spin-waits).
+# WEAVER_TEST_THREADS overrides it (e.g. a GPU run of the compiled kernels that wants the host's cores).
+torch.set_num_threads(int(os.environ.get("WEAVER_TEST_THREADS", "1")))
+
 
 def pytest_addoption(parser):
     parser.addoption(
