@@ -10,7 +10,7 @@ set -e
 source scripts/gpu/setup.sh
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1
-(cd tests/ops && WEAVER_TRITON_FULL=1 python3 -m pytest -q -p no:cacheprovider test_triton_decode.py 2>&1 | tail -3) | tee "$OUT/tests_gpu.txt"
+(cd tests/ops && python3 -m pytest --triton-full -q -p no:cacheprovider test_triton_decode.py 2>&1 | tail -3) | tee "$OUT/tests_gpu.txt"
 python3 -m weaver.cli bench ar --device cuda --dtype bf16 --new-tokens 256 --runs 5 --out "$OUT/bench_ar.json" 2>&1 \
   | filter | tee "$OUT/bench_ar.txt"
 python3 -m weaver.cli bench ar --device cuda --dtype bf16 --new-tokens 1024 --runs 3 --no-transformers \

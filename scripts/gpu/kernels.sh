@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GDN tree kernels on a GPU machine, in one call: install the carried fla wheels, run `weaver bench kernels`,
-# then the Triton kernel tests at full size (WEAVER_TRITON_FULL=1); everything lands in $OUT.
+# then the Triton kernel tests at full size (pytest --triton-full); everything lands in $OUT.
 #
 #   device run (carry .whl):  bash scripts/gpu/kernels.sh [extra bench args...]
 #   env: KERNELS_BENCH=0 / KERNELS_TESTS=0 skip a step, KERNELS_TEST_K="expr" selects some (pytest -k);
@@ -28,7 +28,7 @@ if [ "${KERNELS_BENCH:-1}" = "1" ]; then
 fi
 
 if [ "${KERNELS_TESTS:-1}" = "1" ]; then
-  WEAVER_TRITON_FULL=1 timeout "${KERNELS_TEST_TIMEOUT:-300}" python3 -m pytest -q -x -p no:cacheprovider \
+  timeout "${KERNELS_TEST_TIMEOUT:-300}" python3 -m pytest --triton-full -q -x -p no:cacheprovider \
     tests/kernels/test_structure.py tests/kernels/test_conv.py tests/kernels/test_gdn.py \
     ${KERNELS_TEST_K:+-k "$KERNELS_TEST_K"} --durations=10 2>&1 | tee "$OUT/gpu_tests${KERNELS_TAG:+_$KERNELS_TAG}.log"
 fi

@@ -9,7 +9,7 @@
 OUT=${OUT:-/tmp/retune_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-(WEAVER_TRITON_FULL=1 timeout "${RT_TEST_S:-120}" python3 -m pytest -q -p no:cacheprovider -rfs \
+(timeout "${RT_TEST_S:-120}" python3 -m pytest --triton-full -q -p no:cacheprovider -rfs \
   tests/models/test_fast_decode.py 2>&1 | tail -4) | tee -a "$OUT/tests_gpu.txt"
 timeout "${RT_SWEEP_S:-240}" python3 scripts/gpu/verify_sweep.py --budget-s "${RT_BUDGET_S:-150}" \
   --out "$OUT/verify_sweep.json" 2>&1 | filter > "$OUT/verify_sweep.txt"

@@ -11,7 +11,7 @@ set -e
 source scripts/gpu/setup.sh
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 if [ "${ROUNDS_TESTS:-1}" = "1" ]; then
-  (cd tests/ops && WEAVER_TRITON_FULL=1 python3 -m pytest -q -p no:cacheprovider test_triton_verify.py \
+  (cd tests/ops && python3 -m pytest --triton-full -q -p no:cacheprovider test_triton_verify.py \
     test_triton_decode.py 2>&1 | tail -3) | tee "$OUT/tests_gpu.txt"
 fi
 python3 -m weaver.cli models pull smollm2 2>&1 | tail -1

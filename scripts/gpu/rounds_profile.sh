@@ -14,7 +14,7 @@ OUT=${OUT:-/tmp/rounds_out}
 source "$(dirname "$0")/common.sh"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 if [ "${RP_TESTS:-1}" = "1" ]; then
-  (cd tests/ops && WEAVER_TRITON_FULL=1 timeout "${RP_TEST_S:-150}" python3 -m pytest -q -p no:cacheprovider \
+  (cd tests/ops && timeout "${RP_TEST_S:-150}" python3 -m pytest --triton-full -q -p no:cacheprovider \
     test_triton_verify.py test_triton_topk.py 2>&1 | tail -5) | tee -a "$OUT/tests_gpu.txt"
 fi
 if [ "${RP_CHECK:-1}" = "1" ]; then

@@ -13,7 +13,7 @@ mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 filter() { grep -v "Loading weights\|clean_up_tokenization\|TensorFloat32\|warnings.warn"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/rounds_check.txt"
-(cd tests/ops && WEAVER_TRITON_FULL=1 timeout "${RQ_TEST:-75}" python3 -m pytest -q -p no:cacheprovider \
+(cd tests/ops && timeout "${RQ_TEST:-75}" python3 -m pytest --triton-full -q -p no:cacheprovider \
   test_triton_verify.py 2>&1 | tail -3) | tee -a "$OUT/rounds_check.txt"
 timeout "${RQ_CHECK:-80}" python3 scripts/gpu/rounds_check.py --quick 2>&1 | filter | tee -a "$OUT/rounds_check.txt"
 for spec in "ar chain:16" "ar weaver:64"; do

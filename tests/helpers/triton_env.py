@@ -1,20 +1,34 @@
 """Shared set-up of the Triton kernel tests; import it before `weaver.kernels.triton`.
 
 CPU: kernels run under TRITON_INTERPRET=1 (set before triton is imported: @triton.jit reads it at
-decoration time). GPU: `WEAVER_TRITON_FULL=1` runs the same tests compiled, at full size.
+decoration time). GPU: `pytest --triton-full` runs the same tests compiled, at full size.
+
+`FULL` and `DEVICE` come from that option: tests/conftest.py's `pytest_configure` calls `configure()` once the
+command line is parsed, before any test module is imported, so a module's `from helpers.triton_env import
+DEVICE, FULL` reads the configured values.
 """
 
 from __future__ import annotations
 
 import os
 
-import pytest
 import torch
 
-FULL = os.environ.get("WEAVER_TRITON_FULL", "0") == "1"
-DEVICE = "cuda" if FULL else "cpu"
-if FULL and not torch.cuda.is_available():
-    pytest.skip("WEAVER_TRITON_FULL=1 needs CUDA", allow_module_level=True)
+FULL = False  # set by configure(): `pytest --triton-full`
+DEVICE = "cpu"
+
+
+def configure(full: bool) -> None:
+    """Run the kernel tests compiled at full size on CUDA (`full`) or interpreted at small sizes on the CPU."""
+    global FULL, DEVICE
+    if full and not torch.cuda.is_available():
+        import pytest
+
+        raise pytest.UsageError("--triton-full needs a CUDA device")
+    FULL = bool(full)
+    DEVICE = "cuda" if FULL else "cpu"
+
+
 if not torch.cuda.is_available():  # before triton is imported: @triton.jit reads it at decoration time
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton  # noqa: E402,F401  (a test dependency: the kernels run under its interpreter on CPU)

@@ -1,7 +1,7 @@
 """The Weaver block's fused output projection + MLP (weaver.kernels.triton.adapter_finish) vs its torch reference
 (`weaver.ops.adapter_finish`, which `WeaverBlock.finish` is).
 
-CPU: the GEMV kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled,
+CPU: the GEMV kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled,
 at the benchmark's adapter (d_rank 512, MLP 1024, 4-8 node rows), also through the custom op.
 """
 

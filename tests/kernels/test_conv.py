@@ -1,6 +1,6 @@
 """weaver.kernels.triton.tree_conv1d / conv_state_commit vs the torch references on random trees.
 
-CPU: interpreted at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, conv_dim of Qwen3.6-27B (10240).
+CPU: interpreted at small sizes. GPU (`--triton-full`): compiled, conv_dim of Qwen3.6-27B (10240).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """weaver.kernels.triton.fused_gemv / decode_attention vs their torch references (weaver.ops.decode).
 
-CPU: interpreted at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, SmolLM2 / Qwen3 shapes.
+CPU: interpreted at small sizes. GPU (`--triton-full`): compiled, SmolLM2 / Qwen3 shapes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """weaver.kernels.triton.gdn_tree / gdn_tree_commit vs the torch references (float64) on random trees.
 
-CPU: kernels run under TRITON_INTERPRET=1 at small sizes. GPU: `WEAVER_TRITON_FULL=1` runs the same tests
+CPU: kernels run under TRITON_INTERPRET=1 at small sizes. GPU: `--triton-full` runs the same tests
 compiled on CUDA at the Qwen3.6-27B GDN shape (H=16, HV=48, K=V=128, T up to 256).
 """
 

@@ -1,7 +1,7 @@
 """weaver.kernels.triton.node_attention (one program per batch row and head) vs its torch reference in float64
 (`weaver.ops.node_attention.masked_attention`, masked SDPA).
 
-CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
+CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
 the Weaver step's sizes (H = 8, hd = 64, w = 4..8 nodes, S up to a few hundred) and past them. Inputs are
 laid out as in `WeaverAdapter.step`: q a permuted view of the qkv projection, k/v `buf[layer]` slices of a
 [L, B, H, S, D] buffer, the mask a bool [B, w, S] with at least one True a row.

@@ -1,7 +1,7 @@
 """The one-launch qkv + RoPE + K/V write (weaver.kernels.triton.qkv_rope) against the two launches it replaces.
 
 CPU: interpreted at small sizes on random trees (pad nodes included): at the same tiles the results are the
-two launches' bit for bit (qkv rows, q after RoPE, the caches afterwards). GPU (`WEAVER_TRITON_FULL=1`):
+two launches' bit for bit (qkv rows, q after RoPE, the caches afterwards). GPU (`--triton-full`):
 compiled, at SmolLM2 / Qwen3 head shapes and up to the weaver verify's 65 nodes, within the dtype's
 tolerance (two compiled kernels may contract or schedule the RoPE arithmetic differently), and without
 hypothesis' shrinking, which recompiles the kernels for every shape it tries.

@@ -1,6 +1,6 @@
 """weaver.kernels.triton.build_tree_structure vs the torch tree helpers, on random trees (hypothesis).
 
-CPU: the kernels run under TRITON_INTERPRET=1 at small sizes. GPU: `WEAVER_TRITON_FULL=1` runs the same
+CPU: the kernels run under TRITON_INTERPRET=1 at small sizes. GPU: `--triton-full` runs the same
 tests compiled on CUDA at full size (scripts/gpu/kernels.sh).
 """
 

@@ -1,6 +1,6 @@
 """weaver.kernels.triton.small_topk (one program per row) vs torch.topk and a stable descending sort.
 
-CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
+CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
 the tree builders' sizes and up to N = 8192, k = 64. The oracle for ties and -inf is the stable sort:
 among equal values (-inf included) the lowest index comes first, so the k indices are always distinct.
 """

@@ -1,6 +1,6 @@
 """Tree-verify kernels (weaver.kernels.triton.tree_attention) and the row-tiled fused_gemv vs their torch references.
 
-CPU: interpreted at small sizes on random trees (pad nodes included). GPU (`WEAVER_TRITON_FULL=1`):
+CPU: interpreted at small sizes on random trees (pad nodes included). GPU (`--triton-full`):
 compiled, at SmolLM2 / Qwen3 shapes. Tree attention is also checked by the branch property: node i's
 output equals plain attention over the committed prefix followed by the path root..i.
 """

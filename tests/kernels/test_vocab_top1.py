@@ -1,6 +1,6 @@
 """weaver.kernels.triton.vocab_top1 (two-stage max log-softmax + argmax) vs torch.log_softmax(...).max and argmax.
 
-CPU: the kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at the
+CPU: the kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at the
 drafter's and target's vocabularies (49152, 151936) and 1 / 16 / 65 rows. Values are compared with a float64
 reference (relative to max(|log p|, 1)); indices exactly, with the lowest index winning among equal maxima.
 """

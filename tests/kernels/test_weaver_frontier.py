@@ -3,7 +3,7 @@ weaver.kernels.triton.pool_top) vs its torch reference (weaver.ops.weaver_fronti
 
 CPU: the kernels run under TRITON_INTERPRET=1 (kernels="triton"); the trees must equal the reference loop's
 (the same adapter kernels, the torch bookkeeping) and the host reference builder's. GPU
-(`WEAVER_TRITON_FULL=1`): the same, compiled, on CUDA, plus one case at the benchmark's shapes (d_rank 512,
+(`--triton-full`): the same, compiled, on CUDA, plus one case at the benchmark's shapes (d_rank 512,
 pool 512, budget 64, w 4, c 8).
 """
 
