@@ -1,7 +1,7 @@
 """The fused Weaver step tail (weaver.kernels.triton.pool_top) vs its torch reference (`weaver.ops.pool_top`).
 
 <<<<<<< HEAD
-CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`WEAVER_TRITON_FULL=1`): compiled, at
+CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
 the benchmark's adapter (d_rank 512, pool 512, c 8, SmolLM2's vocabulary). The reference is `score_pool` ->
 log_softmax -> top-k -> token gather (`pool_top`), which `step_top` runs where the kernels do not; the push
 inside the tail's second launch is compared with `weaver.ops.weaver_frontier.frontier_push`.
