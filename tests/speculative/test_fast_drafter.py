@@ -96,10 +96,11 @@ def test_fast_drafter_follows_the_kernels_option():
     """kernels="torch" keeps the torch draft everywhere, "triton" takes the fused one on any device (here: the
     interpreter on CPU) where the drafter allows it; "auto" (the default) only on CUDA."""
     _, head = target_io()
-    drafter = make_drafter().fuse_projections()
+    head = head.to(DEVICE)
+    drafter = make_drafter().to(DEVICE).fuse_projections()
     assert fast_drafter(drafter, head, RuntimeOptions(kernels="torch")) is None
     assert isinstance(fast_drafter(drafter, head, RuntimeOptions(kernels="triton")), FastDrafter)
-    assert fast_drafter(make_drafter(), head, RuntimeOptions(kernels="triton")) is None  # not fused
+    assert fast_drafter(make_drafter().to(DEVICE), head, RuntimeOptions(kernels="triton")) is None  # not fused
     assert (fast_drafter(drafter, head) is not None) == (DEVICE == "cuda")
 
 
