@@ -319,20 +319,24 @@ def _host_timed(stages: Stages, sync, times: dict[str, float]) -> Stages:
     return stages.replace(**{name: timed(name, getattr(stages, name)) for name in Stages.NAMES})
 
 
-def _fast_decoder(model: Decoder, options: RuntimeOptions):
-    """The fused Triton one-token step where the kernels run and the model allows it, else None."""
-    from weaver.models.fast_decode import FastDecoder, unsupported_reason
+def _fused_path(cls, model: Decoder, options: RuntimeOptions):
+    """`cls(model)` (FastDecoder / FastVerifier) where the kernels run and the model allows it, else None."""
+    from weaver.models.fast_decode import unsupported_reason
 
     if not use_kernel(options, model.lm_head.weight) or unsupported_reason(model) is not None:
         return None
-    return FastDecoder(model)
+    return cls(model)
+
+
+def _fast_decoder(model: Decoder, options: RuntimeOptions):
+    """The fused Triton one-token step, or None."""
+    from weaver.models.fast_decode import FastDecoder
+
+    return _fused_path(FastDecoder, model, options)
 
 
 def _fast_verifier(model: Decoder, options: RuntimeOptions):
-    """The fused Triton tree verify where the kernels run and the model allows it (attention-only), else None."""
-    from weaver.models.fast_decode import unsupported_reason
+    """The fused Triton tree verify (attention-only models), or None."""
     from weaver.models.fast_verify import FastVerifier
 
-    if not use_kernel(options, model.lm_head.weight) or unsupported_reason(model) is not None:
-        return None
-    return FastVerifier(model)
+    return _fused_path(FastVerifier, model, options)
