@@ -94,14 +94,24 @@ def test_frontier_kernels_at_benchmark_shapes() -> None:
     assert_same_tree(plain, fused, "benchmark shapes")
 
 
-def test_frontier_kernels_under_torch_compile() -> None:
+# torch.compile backends: inductor as the engine's build stage on CUDA; interpreted on the CPU, aot_eager (dynamo
+# + functionalization of the mutating custom ops; a cold inductor cache spends ~40 s a test in its C++ builds)
+# and inductor with `make test-slow`
+BACKENDS = ["inductor"] if FULL else ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+PUSH_COMPILED = [pytest.param(32, 3, 4, 1, "inductor")] if FULL else [
+    pytest.param(32, 3, 4, 1, "aot_eager"), pytest.param(32, 3, 4, 1, "inductor", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frontier_kernels_under_torch_compile(backend) -> None:
     """The mutating custom ops inside a torch.compile'd builder (how the engine's build stage runs them on
     CUDA: functionalized, then re-inplaced by inductor) give the eager tree."""
     args, kw = _args(2, 5, 4, 6, 3, 1)
     try:
         device_builder.FRONTIER_KERNELS = True
         eager = build_weaver_device(*args, 8, w=2, c=3, **kw)
-        compiled = torch.compile(lambda root, logits: build_weaver_device(root, logits, 8, w=2, c=3, **kw))
+        compiled = torch.compile(lambda root, logits: build_weaver_device(root, logits, 8, w=2, c=3, **kw),
+                                 backend=backend)
         tree = compiled(*args)
     finally:
         device_builder.FRONTIER_KERNELS = None
@@ -109,8 +119,9 @@ def test_frontier_kernels_under_torch_compile() -> None:
     assert_same_tree(eager, tree, "compiled")
 
 
-@pytest.mark.parametrize(("budget", "w", "c", "seed"), [(8, 1, 3, 0), (32, 3, 4, 1), (64, 4, 8, 2)])
-def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget, w, c, seed) -> None:
+@pytest.mark.parametrize(("budget", "w", "c", "seed", "backend"),
+                         [(8, 1, 3, 0, None), (64, 4, 8, 2, None)] + PUSH_COMPILED)
+def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget, w, c, seed, backend) -> None:
     """With the fused scoring tail (forced on: its kernels run under the interpreter on CPU), pushing the
     children inside its second launch gives the tree of pushing them after it, eagerly and (one case)
     torch.compile'd."""
@@ -124,8 +135,9 @@ def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget,
     inside = build_weaver_device(*args, budget, w=w, c=c, **kw)
     assert pushed  # the fused push ran
     in_graph = inside
-    if budget == 32:  # one case through torch.compile (the mutating custom op, as the engine's build stage)
-        compiled = torch.compile(lambda root, logits: build_weaver_device(root, logits, budget, w=w, c=c, **kw))
+    if backend:  # one case through torch.compile (the mutating custom op, as the engine's build stage)
+        compiled = torch.compile(lambda root, logits: build_weaver_device(root, logits, budget, w=w, c=c, **kw),
+                                 backend=backend)
         try:
             in_graph = compiled(*args)
         finally:
