@@ -32,3 +32,20 @@ def configure(full: bool) -> None:
 if not torch.cuda.is_available():  # before triton is imported: @triton.jit reads it at decoration time
     os.environ.setdefault("TRITON_INTERPRET", "1")
 import triton  # noqa: E402,F401  (a test dependency: the kernels run under its interpreter on CPU)
+
+
+def pinned(*cases: dict):
+    """hypothesis `@example`s of the interpreted run (each case: the test's keyword arguments): the tile
+    boundaries, pad nodes and masked tails that the few generated examples must not leave to chance. The
+    compiled run (--triton-full) draws full-size shapes instead, so it takes none of these small ones."""
+
+    def wrap(test):
+        if FULL:
+            return test
+        from hypothesis import example
+
+        for case in reversed(cases):
+            test = example(**case)(test)
+        return test
+
+    return wrap

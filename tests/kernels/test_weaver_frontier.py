@@ -119,12 +119,20 @@ def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget,
     assert_same_tree(plain, fused, f"budget {budget} w {w} c {c}")
 
 
-def test_frontier_kernels_under_torch_compile() -> None:
+# torch.compile backends: inductor as the engine's build stage on CUDA; interpreted on the CPU, aot_eager (dynamo
+# + functionalization of the mutating custom ops; a cold inductor cache spends ~40 s a test in its C++ builds)
+# and inductor with `make test-slow`
+BACKENDS = ["inductor"] if FULL else ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_frontier_kernels_under_torch_compile(backend) -> None:
     """The mutating custom ops inside a torch.compile'd builder (how the engine's build stage runs them on
     CUDA: functionalized, then re-inplaced by inductor) give the eager tree."""
     args, kw, _ = _args(2, 5, 4, 6, 3, 1)
     eager = build_weaver(*args, 8, w=2, c=3, options=TRITON, **kw)
-    compiled = torch.compile(lambda root, logits: build_weaver(root, logits, 8, w=2, c=3, options=TRITON, **kw))
+    compiled = torch.compile(lambda root, logits: build_weaver(root, logits, 8, w=2, c=3, options=TRITON, **kw),
+                             backend=backend)
     try:
         tree = compiled(*args)
     finally:

@@ -45,15 +45,17 @@ def test_logits_match_transformers_on_a_chat_prompt(pair):
     assert diff <= 1e-3
 
 
+@pytest.mark.parametrize("new_tokens", [32, pytest.param(64, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_greedy_generation_equals_transformers(pair, prompt):
+def test_greedy_generation_equals_transformers(pair, prompt, new_tokens):
+    """The first prompt's answer ends at EOS (8 tokens); the others run to the token limit."""
     llm, hf, tok = pair
     ids = _chat_ids(tok, prompt)
     with torch.no_grad():
-        ref = hf.generate(torch.tensor([ids]), max_new_tokens=64, do_sample=False,
+        ref = hf.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
                           pad_token_id=tok.eos_token_id)[0, len(ids):].tolist()
-    out = llm.generate(prompt, max_new_tokens=64)
-    assert out.token_ids == ref  # both stop at EOS or after 64 tokens
+    out = llm.generate(prompt, max_new_tokens=new_tokens)
+    assert out.token_ids == ref  # both stop at EOS or after new_tokens
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +64,14 @@ def spec_llm():
     return weaver.LLM("smollm2", device="cpu", dtype="fp32", drafter="random", adapter="random")
 
 
+@pytest.mark.parametrize("prompts, new_tokens", [(1, 16), pytest.param(2, 32, marks=pytest.mark.slow)],
+                         ids=["1x16", "2x32"])
 @pytest.mark.parametrize("method", ["chain", "ddtree", "weaver"])
-def test_speculative_greedy_equals_ar_on_smollm2(spec_llm, method):
-    """Random drafter and adapter: every method, budgets 8/32/64, 2 prompts x 32 tokens == method='ar'."""
-    for prompt in PROMPTS[:2]:
-        ref = spec_llm.generate(prompt, max_new_tokens=32, ignore_eos=True).token_ids
+def test_speculative_greedy_equals_ar_on_smollm2(spec_llm, method, prompts, new_tokens):
+    """Random drafter and adapter: every method, budgets 8/32/64 == method='ar' (a random drafter's drafts are
+    rarely accepted: ~one round a token); 1 prompt x 16 tokens (2 x 32: `make test-slow`)."""
+    for prompt in PROMPTS[:prompts]:
+        ref = spec_llm.generate(prompt, max_new_tokens=new_tokens, ignore_eos=True).token_ids
         for budget in (8, 32, 64):
-            out = spec_llm.generate(prompt, method=method, budget=budget, max_new_tokens=32, ignore_eos=True)
+            out = spec_llm.generate(prompt, method=method, budget=budget, max_new_tokens=new_tokens, ignore_eos=True)
             assert out.token_ids == ref, f"{method} budget {budget}: {prompt!r}"

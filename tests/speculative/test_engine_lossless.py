@@ -30,10 +30,12 @@ def llm(request):
 
 @pytest.mark.parametrize("method", METHODS)
 def test_random_drafter_greedy_equals_ar(llm, method):
+    """Random drafts are rarely accepted: ~one round a token, 16 rounds a prompt (the oracle test below commits
+    long paths over 48 tokens)."""
     for prompt in PROMPTS:
-        ref = llm.generate(prompt, max_new_tokens=48, ignore_eos=True).token_ids
+        ref = llm.generate(prompt, max_new_tokens=16, ignore_eos=True).token_ids
         for budget in BUDGETS:
-            out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=48, ignore_eos=True)
+            out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=16, ignore_eos=True)
             assert out.token_ids == ref, f"{method} budget {budget} prompt {prompt}"
             assert out.stats.rounds >= 1 and out.stats.tau >= 1.0
 
