@@ -26,7 +26,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts
-	$(PY) -m pytest -q -m "not slow and not gpu" --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not slow and not gpu" --durations=25
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m "slow and not gpu"
