@@ -1,0 +1,1 @@
+"""Training: data, regeneration and the drafter and adapter trainers."""

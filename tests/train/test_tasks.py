@@ -1,0 +1,101 @@
+"""The drafter and adapter training tasks on a tiny random target (CPU): finite losses, gradients where they
+belong (never into the frozen target), metrics per depth, and a few optimizer steps that learn."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import weaver
+from weaver.speculative.drafter import DFlashDrafter
+from weaver.train.drafter_task import DrafterTask, DrafterTaskConfig
+from weaver.train.shards import SequenceStore, read_shard, write_shard
+from weaver.train.weaver_task import WeaverTask, WeaverTaskConfig, pool_loss
+
+
+@pytest.fixture(scope="module")
+def target():
+    return weaver.LLM.from_config("tiny-llama", seed=1, device="cpu", dtype="fp32").model
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, target):
+    """Sequences the target 'wrote': a repeated pattern, so a few steps can learn something."""
+    d = tmp_path_factory.mktemp("regen")
+    gen = torch.Generator().manual_seed(0)
+    v = target.config.vocab_size
+    seqs, plens = [], []
+    for i in range(12):
+        prompt = torch.randint(0, v, (5 + i % 3,), generator=gen).tolist()
+        pattern = torch.randint(0, v, (4,), generator=gen).tolist()
+        seqs.append(prompt + pattern * 8)
+        plens.append(len(prompt))
+    write_shard(d / "shard_00000.npz", seqs, plens)
+    return SequenceStore(d, max_len=64, seed=0)
+
+
+def test_shards_round_trip_and_batches_are_deterministic(tmp_path, store) -> None:
+    write_shard(tmp_path / "shard_00000.npz", [[1, 2, 3], [70000, 5]], [1, 1])
+    tokens, offsets, plens = read_shard(tmp_path / "shard_00000.npz")
+    assert tokens.tolist() == [1, 2, 3, 70000, 5] and offsets.tolist() == [0, 3, 5] and plens.tolist() == [1, 1]
+    a, b = store.batch(3, 0, 1, 2, 4), store.batch(3, 0, 1, 2, 4)
+    assert torch.equal(a.tokens, b.tokens)
+    other = store.batch(3, 0, 0, 2, 4)  # the other rank's slice of the same global batch
+    assert not torch.equal(a.tokens, other.tokens)
+
+
+def _steps(task, steps: int) -> list[float]:
+    model = task.model()
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=3e-3)
+    losses = []
+    for step in range(steps):
+        loss, metrics = task.loss(model, task.batch(step % 2, 0, 0, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses, metrics
+
+
+def test_drafter_task_learns_and_leaves_the_target_frozen(target, store) -> None:
+    cfg = DrafterTaskConfig(num_layers=1, num_target_features=2, block_size=4, anchors=8, batch_size=4)
+    task = DrafterTask(target, store, cfg)
+    before = {k: v.clone() for k, v in target.state_dict().items()}
+    losses, metrics = _steps(task, 30)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5
+    assert metrics["top1"].shape == (3,) and (metrics["top1"] >= 0).all() and (metrics["top1"] <= 1).all()
+    assert all(torch.equal(before[k], v) for k, v in target.state_dict().items())
+
+
+def test_drafter_task_saves_a_checkpoint_the_loader_reads(tmp_path, target, store) -> None:
+    task = DrafterTask(target, store, DrafterTaskConfig(num_layers=1, num_target_features=2, block_size=4,
+                                                        anchors=4, batch_size=2, init="random"))
+    task.save(task.model(), tmp_path / "d")
+    loaded = DFlashDrafter.from_pretrained(tmp_path / "d")
+    assert loaded.dtype == torch.bfloat16 and loaded.config.block_size == 4 and loaded.mask_embedding is not None
+
+
+def test_weaver_task_learns_the_teacher(target, store) -> None:
+    drafter = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=5, seed=2)
+    cfg = WeaverTaskConfig(d_rank=32, num_heads=4, mlp_dim=64, pool_size=16, anchors=4, batch_size=4,
+                           variant="learned")
+    task = WeaverTask(target, drafter, store, cfg)
+    losses, metrics = _steps(task, 25)
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    assert metrics["top1"].shape == (4,) and metrics["drafter_top1"].shape == (4,)
+    grads = [p.grad for p in task.model().parameters() if p.requires_grad]
+    assert task.model().adapter.lm_head_query_in.weight.grad is not None and len(grads) > 5
+
+
+def test_pool_loss_is_zero_at_the_teacher_and_lk_adds_tv() -> None:
+    t = torch.randn(3, 2, 7)
+    valid = torch.ones(3, 2, dtype=torch.bool)
+    assert pool_loss(t, t, valid, "kl").abs() < 1e-6 and pool_loss(t, t, valid, "lk").abs() < 1e-6
+    s = torch.randn(3, 2, 7)
+    p, q = t.softmax(-1), s.softmax(-1)
+    tv = 0.5 * (p - q).abs().sum(-1).mean()
+    assert torch.allclose(pool_loss(s, t, valid, "lk") - pool_loss(s, t, valid, "kl"), tv, atol=1e-6)
+    with pytest.raises(ValueError, match="kl"):
+        pool_loss(s, t, valid, "mse")
