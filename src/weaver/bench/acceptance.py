@@ -1,0 +1,187 @@
+"""`weaver bench acceptance`: tau per workload, method and budget, the per-depth acceptance, and losslessness.
+
+For every evaluation prompt (`weaver.train.data.eval_prompts`: MT-Bench turn 1, HumanEval, gsm_symbolic;
+ShareGPT on request) it decodes greedily with `ar` and with chain (the drafter's block), ddtree and weaver at
+each budget, checks that every speculative output equals ar's token for token, and records tau (tokens per
+verify pass, bonus included), the accepted tokens per depth and tok/s; at T = 1 (one budget) it runs weaver
+with target-only and with traversal verification. Writes JSON (every prompt), markdown (per workload and the
+macro-average) and a PNG of tau vs budget.
+
+    weaver bench acceptance --drafter DIR --adapter DIR --limit 10 --out benchmarks/results/acceptance/cpu
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from weaver.options import add_runtime_arguments, runtime_options
+
+DEFAULT_WORKLOADS = ["mt-bench", "humaneval", "gsm_symbolic"]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="smollm2", help="registry name or directory")
+    parser.add_argument("--drafter", default=None, help="drafter checkpoint (default: the model's trained one)")
+    parser.add_argument("--adapter", default=None, help="adapter checkpoint (default: the model's trained one)")
+    parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
+    parser.add_argument("--limit", type=int, default=None, help="prompts per workload (default: all)")
+    parser.add_argument("--methods", nargs="+", default=["chain", "ddtree", "weaver"])
+    parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128])
+    parser.add_argument("--chain-budget", type=int, default=15, help="chain drafts (block 16: 15)")
+    parser.add_argument("--sampled-budget", type=int, default=64, help="budget of the T=1 runs (0: skip them)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--out", required=True, help="output directory (report.json, report.md, tau.png)")
+    add_runtime_arguments(parser)
+
+
+def _runs(methods: list[str], budgets: list[int], chain_budget: int) -> list[tuple[str, int]]:
+    out = []
+    for m in methods:
+        out += [(m, chain_budget)] if m == "chain" else [(m, b) for b in budgets]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from tqdm.auto import tqdm
+
+    import weaver
+    from weaver.train.data import eval_prompts
+
+    llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter,
+                     options=runtime_options(args))
+    prompts = {w: eval_prompts(w, args.limit) for w in args.workloads}
+    runs = _runs(args.methods, args.budgets, args.chain_budget)
+    records = []
+    total = sum(len(p) for p in prompts.values()) * (1 + len(runs) + (2 if args.sampled_budget else 0))
+    bar = tqdm(total=total, desc="acceptance", unit="gen")
+    for workload, items in prompts.items():
+        for item in items:
+            gen = functools.partial(llm.generate, item.text, max_new_tokens=args.max_new_tokens)
+            ar = gen(method="ar")
+            bar.update()
+            rec = {"workload": workload, "id": item.id, "ar": _stats(ar), "runs": []}
+            for method, budget in runs:
+                out = gen(method=method, budget=budget)
+                rec["runs"].append({"method": method, "budget": budget, "greedy": True,
+                                    "equal_to_ar": out.token_ids == ar.token_ids, **_stats(out)})
+                bar.update()
+            if args.sampled_budget:
+                for rule in ("target_only", "traversal"):
+                    out = gen(method="weaver", budget=args.sampled_budget, temperature=1.0, seed=0, verify=rule)
+                    rec["runs"].append({"method": "weaver", "budget": args.sampled_budget, "greedy": False,
+                                        "rule": rule, **_stats(out)})
+                    bar.update()
+            records.append(rec)
+    bar.close()
+    report = {"command": " ".join(sys.argv), "model": args.model, "device": str(llm.model.device),
+              "dtype": str(llm.model.dtype), "host": platform.node(), "torch": torch.__version__,
+              "max_new_tokens": args.max_new_tokens, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "summary": summarise(records), "records": records}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(markdown(report))
+    plot(report["summary"], out / "tau.png")
+    print(markdown(report))
+    bad = [(r["workload"], r["id"], x["method"], x["budget"]) for r in records for x in r["runs"]
+           if x.get("equal_to_ar") is False]
+    if bad:
+        print(f"error: {len(bad)} greedy outputs differ from ar: {bad[:5]}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _stats(out) -> dict:
+    s = out.stats
+    return {"tau": s.tau, "rounds": s.rounds, "new_tokens": s.new_tokens, "tok_s": s.tokens_per_s,
+            "accepted_per_depth": s.accepted_per_depth}
+
+
+def summarise(records: list[dict]) -> dict:
+    """Per (run key): per workload mean tau / tok/s / acceptance rate per depth, and the macro-average."""
+    keys: dict[str, dict] = {}
+    for rec in records:
+        rows = [("ar", 0, True, None, rec["ar"])] + [
+            (x["method"], x["budget"], x["greedy"], x.get("rule"), x) for x in rec["runs"]]
+        for method, budget, greedy, rule, x in rows:
+            key = f"{method}/{budget}" + ("" if greedy else f"/T=1/{rule}")
+            w = keys.setdefault(key, {"method": method, "budget": budget, "greedy": greedy, "rule": rule,
+                                      "per_workload": {}})["per_workload"].setdefault(rec["workload"], [])
+            w.append(x)
+    for entry in keys.values():
+        per = {}
+        for workload, xs in entry["per_workload"].items():
+            rounds = sum(x["rounds"] for x in xs)
+            depth = max((len(x["accepted_per_depth"]) for x in xs), default=0)
+            acc = [sum(x["accepted_per_depth"][d] for x in xs if d < len(x["accepted_per_depth"])) / max(rounds, 1)
+                   for d in range(depth)]
+            per[workload] = {"tau": statistics.mean(x["tau"] for x in xs),
+                             "tok_s": statistics.mean(x["tok_s"] for x in xs),
+                             "accept_rate_per_depth": acc, "prompts": len(xs)}
+        entry["per_workload"] = per
+        entry["macro_tau"] = statistics.mean(v["tau"] for v in per.values())
+        entry["macro_tok_s"] = statistics.mean(v["tok_s"] for v in per.values())
+    ar = keys.get("ar/0", {}).get("macro_tok_s") or 0.0
+    for entry in keys.values():
+        entry["speedup_vs_ar"] = entry["macro_tok_s"] / ar if ar else None
+    return keys
+
+
+def markdown(report: dict) -> str:
+    summary = report["summary"]
+    workloads = sorted({w for e in summary.values() for w in e["per_workload"]})
+    head = f"| run | {' | '.join(f'tau {w}' for w in workloads)} | macro tau | macro tok/s | x ar |"
+    lines = [f"# Acceptance — {report['model']} on {report['device']} ({report['dtype']}), "
+             f"{report['max_new_tokens']} new tokens", "", f"`{report['command']}`", "", head,
+             "|" + "---|" * (len(workloads) + 4)]
+    for key, e in summary.items():
+        taus = " | ".join(f"{e['per_workload'][w]['tau']:.2f}" if w in e["per_workload"] else "" for w in workloads)
+        x = f"{e['speedup_vs_ar']:.2f}" if e["speedup_vs_ar"] else ""
+        lines.append(f"| {key} | {taus} | {e['macro_tau']:.2f} | {e['macro_tok_s']:.1f} | {x} |")
+    lines += ["", "Acceptance rate per depth (macro over workloads; fraction of rounds accepting depth d):", ""]
+    for key, e in summary.items():
+        if key == "ar/0":
+            continue
+        per = list(e["per_workload"].values())
+        depth = max(len(v["accept_rate_per_depth"]) for v in per)
+        rates = [statistics.mean(v["accept_rate_per_depth"][d] for v in per if d < len(v["accept_rate_per_depth"]))
+                 for d in range(depth)]
+        lines.append(f"- {key}: " + " ".join(f"{r:.2f}" for r in rates))
+    bad = sum(1 for r in report["records"] for x in r["runs"] if x.get("equal_to_ar") is False)
+    n = sum(1 for r in report["records"] for x in r["runs"] if "equal_to_ar" in x)
+    lines += ["", f"Greedy outputs equal to ar: {n - bad} of {n}.", ""]
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> None:
+    """tau vs budget, one line per method (greedy), macro-average."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method in sorted({e["method"] for e in summary.values() if e["method"] != "ar"}):
+        pts = sorted((e["budget"], e["macro_tau"]) for e in summary.values() if e["method"] == method and e["greedy"])
+        if len(pts) == 1:
+            ax.axhline(pts[0][1], linestyle="--", label=f"{method} (budget {pts[0][0]})")
+        else:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=method)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("budget (non-root nodes)")
+    ax.set_ylabel("tau (tokens per verify pass)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
