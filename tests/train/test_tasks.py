@@ -74,6 +74,12 @@ def test_drafter_task_saves_a_checkpoint_the_loader_reads(tmp_path, target, stor
     task.save(task.model(), tmp_path / "d")
     loaded = DFlashDrafter.from_pretrained(tmp_path / "d")
     assert loaded.dtype == torch.bfloat16 and loaded.config.block_size == 4 and loaded.mask_embedding is not None
+    drafter = task.model().drafter
+    drafter.save_pretrained(tmp_path / "s", max_shard_bytes=20_000)  # sharded, with an index
+    assert len(list((tmp_path / "s").glob("model-*-of-*.safetensors"))) > 2
+    again = DFlashDrafter.from_pretrained(tmp_path / "s")
+    assert all(torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), again.state_dict().values(),
+                                                 strict=True))
 
 
 def test_weaver_task_learns_the_teacher(target, store) -> None:

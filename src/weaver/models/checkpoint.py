@@ -123,10 +123,34 @@ def stored_dtype(tensors: dict[str, torch.Tensor]) -> torch.dtype:
     return torch.float32
 
 
-def write_checkpoint(path: str | Path, config: dict[str, Any], module: nn.Module) -> None:
-    """Write `config.json` and `model.safetensors` (the module's parameters, on the CPU) into `path`."""
+def write_checkpoint(path: str | Path, config: dict[str, Any], module: nn.Module,
+                     max_shard_bytes: int | None = None) -> None:
+    """Write `config.json` and the module's parameters (on the CPU) into `path`: one `model.safetensors`, or
+    shards of at most `max_shard_bytes` with an HF index (files kept under git's and the device's limits)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tensors = {name: p.detach().to("cpu").contiguous() for name, p in module.named_parameters()}
-    save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    shards: list[dict[str, torch.Tensor]] = [{}]
+    size = 0
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if max_shard_bytes and shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = t
+        size += nbytes
+    for old in path.glob("model*.safetensors*"):  # a previous save's files (another shard count)
+        old.unlink()
+    if len(shards) == 1:
+        save_file(tensors, str(path / WEIGHTS_NAME), metadata={"format": "pt"})
+    else:
+        stem = WEIGHTS_NAME.removesuffix(".safetensors")
+        weight_map = {}
+        for i, shard in enumerate(shards, 1):
+            name = f"{stem}-{i:05d}-of-{len(shards):05d}.safetensors"
+            save_file(shard, str(path / name), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(shard, name))
+        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+                 "weight_map": weight_map}
+        (path / f"{WEIGHTS_NAME}.index.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

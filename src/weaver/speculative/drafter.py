@@ -292,11 +292,12 @@ class DFlashDrafter(nn.Module):
         drafter_io.copy_tensors_into(drafter, tensors, path)
         return drafter.eval()
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write config.json (z-lab fields, plus `dtype`) and model.safetensors (z-lab names)."""
+    def save_pretrained(self, path: str | Path, max_shard_bytes: int | None = None) -> None:
+        """Write config.json (z-lab fields, plus `dtype`) and model.safetensors (z-lab names; sharded with an
+        index past `max_shard_bytes`)."""
         hf = self.config.to_hf()
         hf["dtype"] = str(self.dtype).removeprefix("torch.")
-        write_checkpoint(path, hf, self)
+        write_checkpoint(path, hf, self, max_shard_bytes)
 
     # ---------------------------------------------------------------- context cache and drafting
 

@@ -21,6 +21,8 @@ from weaver.speculative.drafter import DFlashDrafter
 from weaver.train.anchors import draft_at_anchors, sample_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
 
+SHARD_BYTES = 15 << 20  # each weight file under git's 16 MiB limit
+
 __all__ = ["DrafterTask", "DrafterTaskConfig", "DrafterTrainer", "block_targets", "init_from_target"]
 
 
@@ -128,7 +130,7 @@ class DrafterTask:
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[self.cfg.save_dtype]
         copy = DFlashDrafter(drafter.config)
         copy.load_state_dict(drafter.state_dict())
-        copy.to(dtype).save_pretrained(path)
+        copy.to(dtype).save_pretrained(path, max_shard_bytes=SHARD_BYTES)
 
     def config(self) -> dict:
         return {"task": self.name, **asdict(self.cfg), "drafter": self.trainer.drafter.config.to_hf(),
