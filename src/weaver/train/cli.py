@@ -35,6 +35,7 @@ def add_regenerate_parser(data_sub) -> None:
     p.add_argument("--shard-size", type=int, default=2048, help="prompts per shard (the resume unit)")
     p.add_argument("--limit", type=int, default=None, help="the first N prompts only")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seconds", type=float, default=None, help="start no new shard after this long")
     p.set_defaults(func=_cmd_regenerate)
 
 
@@ -48,7 +49,8 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
     try:
         cfg = RegenerateConfig(batch_size=args.batch_size, max_new_tokens=args.max_new_tokens,
                                max_prompt_tokens=args.max_prompt_tokens, sampled_fraction=args.sampled_fraction,
-                               shard_size=args.shard_size, limit=args.limit, seed=args.seed)
+                               shard_size=args.shard_size, limit=args.limit, seed=args.seed,
+                               max_seconds=args.max_seconds)
     except ValueError as exc:
         return _usage(str(exc))
     device = resolve_device(args.device)

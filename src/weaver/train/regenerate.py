@@ -34,6 +34,7 @@ class RegenerateConfig:
     shard_size: int = 2048  # prompts per shard (and per resume unit)
     limit: int | None = None  # use the first `limit` prompts only
     seed: int = 0
+    max_seconds: float | None = None  # start no new shard after this long (a bounded GPU lease)
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.max_new_tokens < 1 or self.max_prompt_tokens < 1 or self.shard_size < 1:
@@ -113,6 +114,9 @@ def regenerate(model_dir: str | Path, prompts_path: str | Path, out_dir: str | P
     start = time.perf_counter()
     for k, chunk in enumerate(shards):
         path = out_dir / f"shard_{k:05d}.npz"
+        if cfg.max_seconds is not None and time.perf_counter() - start > cfg.max_seconds:
+            summary["stopped_at_budget"] = True
+            break
         if path.exists():
             bar.update(len(chunk))
             continue
