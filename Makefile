@@ -22,7 +22,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/weaver models pull smollm2
-	$(VENV)/bin/weaver generate "Explain in three sentences why the sky is blue." --max-new-tokens 96
+	$(VENV)/bin/weaver demo "Explain in three sentences why the sky is blue." --max-new-tokens 96
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests scripts

@@ -29,8 +29,11 @@ def _add_generate(sub) -> None:
     p.add_argument("--method", default="ar", choices=["ar", "chain", "ddtree", "weaver"],
                    help="decoding method (chain/ddtree/weaver need --drafter; weaver also --adapter)")
     p.add_argument("--budget", type=int, default=64, help="tree budget: non-root nodes per round")
-    p.add_argument("--drafter", default=None, help="drafter checkpoint dir, or 'random[:layers]' (default 1 layer)")
-    p.add_argument("--adapter", default=None, help="adapter checkpoint dir, or 'random[:width]' (default width 64)")
+    p.add_argument("--drafter", default="auto",
+                   help="auto (the trained drafter weaver ships for the model), a checkpoint dir, 'random[:layers]' "
+                        "or none")
+    p.add_argument("--adapter", default="auto",
+                   help="auto (the trained adapter weaver ships), a checkpoint dir or .pth, 'random[:width]' or none")
     p.add_argument("--verify", default="auto", choices=["auto", "greedy", "target_only", "traversal",
                                                         "chain_speculative"],
                    help="verification rule (auto: greedy at temperature 0, else target_only)")
@@ -137,6 +140,14 @@ def _add_bench(sub) -> None:
         k.set_defaults(func=kernels.run)
 
 
+def _add_demo(sub) -> None:
+    from weaver import demo
+
+    p = sub.add_parser("demo", help="one prompt by every method: the fastest one's answer and a tau / tok/s table")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.run)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="weaver", description="Lossless speculative decoding with trees from marginals."
@@ -146,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_models(sub)
     _add_bench(sub)
+    _add_demo(sub)
     return parser
 
 

@@ -16,7 +16,7 @@ from weaver.models.decoder import Decoder
 from weaver.models.fuse import fuse_projections
 from weaver.models.loading import build_model, init_random_weights, load_weights
 from weaver.models.presets import PRESETS, preset_config
-from weaver.models.registry import resolve_model_dir
+from weaver.models.registry import resolve_model_dir, shipped_draft_models
 from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from weaver.options import RuntimeOptions
 from weaver.speculative.accept import resolve_rule
@@ -73,8 +73,8 @@ class LLM:
     def __init__(
         self,
         model: str = "smollm2",
-        drafter: str | None = None,
-        adapter: str | None = None,
+        drafter: str | None = "auto",
+        adapter: str | None = "auto",
         seed: int = 0,
         device: str | torch.device | None = None,
         dtype: str | torch.dtype | None = None,
@@ -82,8 +82,13 @@ class LLM:
         auto_pull: bool = True,
         options: RuntimeOptions | None = None,
     ) -> None:
-        """`options`: how it runs (kernels, compile, CUDA graphs, PDL, tuning); default: from the environment."""
+        """`drafter` / `adapter`: "auto" (the trained ones weaver ships for a registry model, if any), a checkpoint
+        directory (an adapter also as the authors' .pth), "random[:size]", or None for none.
+        `options`: how it runs (kernels, compile, CUDA graphs, PDL, tuning); default: from the environment."""
         options = RuntimeOptions.from_env() if options is None else options
+        shipped = shipped_draft_models(model)
+        drafter = _auto(drafter, shipped[0])
+        adapter = _auto(adapter, shipped[1])
         model_dir = resolve_model_dir(model, auto_pull=auto_pull)
         cfg = load_config(model_dir)
         dev = resolve_device(device)
@@ -118,6 +123,7 @@ class LLM:
         dev = resolve_device(device)
         target = init_random_weights(build_model(model_cfg, dev, resolve_dtype(dtype, dev), options), seed=seed)
         self = cls.__new__(cls)
+        drafter, adapter = _auto(drafter, None), _auto(adapter, None)  # nothing is trained for random targets
         tok = tokenizer
         if tok is None and model_cfg.vocab_size >= 256:
             tok = ByteTokenizer(model_cfg.vocab_size, model_cfg.eos_token_id)
@@ -263,6 +269,13 @@ class LLM:
             ),
         )
 
+
+
+def _auto(spec: str | Path | None, shipped: Path | None) -> str | None:
+    """"auto" -> the shipped checkpoint (or None when there is none); anything else unchanged."""
+    if spec == "auto":
+        return None if shipped is None else str(shipped)
+    return None if spec is None or spec == "none" else str(spec)
 
 
 def _load_drafter(spec: str | None, target: Decoder, seed: int):

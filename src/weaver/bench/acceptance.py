@@ -28,8 +28,8 @@ DEFAULT_WORKLOADS = ["mt-bench", "humaneval", "gsm_symbolic"]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="registry name or directory")
-    parser.add_argument("--drafter", default=None, help="drafter checkpoint (default: the model's trained one)")
-    parser.add_argument("--adapter", default=None, help="adapter checkpoint (default: the model's trained one)")
+    parser.add_argument("--drafter", default="auto", help="drafter checkpoint (default auto: the model's trained one)")
+    parser.add_argument("--adapter", default="auto", help="adapter checkpoint (default auto: the model's trained one)")
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     parser.add_argument("--limit", type=int, default=None, help="prompts per workload (default: all)")
     parser.add_argument("--methods", nargs="+", default=["chain", "ddtree", "weaver"])

