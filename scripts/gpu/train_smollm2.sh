@@ -16,7 +16,7 @@ weaver() { python3 -m weaver.cli "$@"; }
 pack() {
   cp $W/$1/final/*.safetensors $OUT/ 2>/dev/null
   (cd $W/$1 && tar --exclude='*.safetensors' --exclude='state.pt' -cf $OUT/${1}_run.tar final history.jsonl plot.png \
-    config.json 2>/dev/null; true)
+    train_config.json 2>/dev/null; true)
 }
 case $stage in
 drafter)

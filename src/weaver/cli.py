@@ -148,6 +148,14 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=demo.run)
 
 
+def _add_data(sub) -> None:
+    from weaver.train.cli import add_regenerate_parser
+
+    p = sub.add_parser("data", help="training data: prompts and the target's regenerated replies")
+    dsub = p.add_subparsers(dest="data_cmd", required=True)
+    add_regenerate_parser(dsub)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="weaver", description="Lossless speculative decoding with trees from marginals."
@@ -158,6 +166,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_models(sub)
     _add_bench(sub)
     _add_demo(sub)
+    _add_data(sub)
+    from weaver.train.cli import add_train_commands
+
+    add_train_commands(sub)
     return parser
 
 

@@ -91,7 +91,7 @@ def test_resume_equals_uninterrupted_and_writes_the_run(tmp_path) -> None:
     rows = [json.loads(x) for x in (run / "history.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12] and len(rows[0]["top1"]) == 3 and "tau" in rows[0]
     assert (run / "plot.png").stat().st_size > 1000 and (run / "final" / "weights.pt").exists()
-    assert json.loads((run / "final" / "config.json").read_text())["task"] == {"batch_size": 4}
+    assert json.loads((run / "final" / "train_config.json").read_text())["task"] == {"batch_size": 4}
     assert len(list((run / "checkpoints").glob("step_*"))) == 1
 
 

@@ -77,8 +77,8 @@ def add_train_commands(sub) -> None:
     d.add_argument("--gamma", type=float, default=7.0, help="CE weight exp(-(k-1)/gamma) at block row k")
     d.add_argument("--batch-size", type=int, default=16, help="sequences per device and micro-step")
     d.add_argument("--max-len", type=int, default=1024, help="sequences are cut to this many tokens")
-    d.add_argument("--init", default="target", choices=["target", "random"],
-                   help="start the layers as copies of the target's top layers, or random")
+    d.add_argument("--init", default="random", choices=["random", "target"],
+                   help="random (the recipe), or start the layers as copies of the target's top layers")
     add_train_arguments(d)
     d.set_defaults(func=_cmd_train_drafter)
     w = tsub.add_parser("weaver", help="the Weaver adapter (target and drafter frozen)")

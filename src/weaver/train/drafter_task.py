@@ -38,7 +38,7 @@ class DrafterTaskConfig:
     batch_size: int = 16  # sequences per rank and micro-step
     grad_accum: int = 1
     max_len: int = 1024
-    init: str = "target"  # "target": layers start as copies of the target's top layers; "random"
+    init: str = "random"  # "random" (the recipe) or "target": layers start as copies of the target's top layers
     seed: int = 0
     save_dtype: str = "bf16"
 

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+TRAIN_CONFIG = "train_config.json"  # beside the weights (whose own config.json the loaders read)
+
 __all__ = ["DistEnv", "TrainConfig", "TrainResult", "TrainTask", "acceptance_tau", "add_train_arguments",
            "distributed_env", "lr_at", "train", "train_config"]
 
@@ -147,7 +149,7 @@ def _save_checkpoint(out: Path, step: int, model: nn.Module, opt, task: TrainTas
 
 def _write_config(path: Path, task: TrainTask, cfg: TrainConfig) -> None:
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"train": asdict(cfg), "task": task.config()}, indent=2) + "\n")
+    (path / TRAIN_CONFIG).write_text(json.dumps({"train": asdict(cfg), "task": task.config()}, indent=2) + "\n")
 
 
 def train(task: TrainTask, cfg: TrainConfig) -> TrainResult:
