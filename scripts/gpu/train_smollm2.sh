@@ -21,7 +21,7 @@ pack() {
 case $stage in
 drafter)
   weaver models pull smollm2 2>&1 | tail -1
-  timeout 400 python3 -m weaver.cli data regenerate --prompts .carry/train_prompts.jsonl --out $W/regen \
+  timeout 400 python3 -m weaver.cli data regenerate --prompts .carry/train_prompts.jsonl.gz --out $W/regen \
     --batch-size ${REGEN_BATCH:-512} --max-new-tokens ${REGEN_NEW:-384} --shard-size ${REGEN_SHARD:-8000} \
     --max-seconds ${REGEN_S:-150} 2>&1 | tr '\r' '\n' | grep -v "^$" | awk 'NR % 20 == 0 || /prompts/' \
     | tee $OUT/regen_log.txt
@@ -38,11 +38,11 @@ weaver)
     --warmup-steps 100 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
     --log-every 50 2>&1 | tr '\r' '\n' | awk 'NR % 25 == 0 || /step|error|Error|{/' | tee $OUT/weaver_log.txt
   pack weaver
-  timeout ${QUICK_S:-150} python3 -m weaver.cli bench acceptance --drafter $W/drafter/final --adapter $W/weaver/final \
+  timeout ${QUICK_S:-150} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final --adapter $W/weaver/final \
     --limit ${QUICK_LIMIT:-3} --budgets 64 --sampled-budget 0 --out $OUT/quick 2>&1 | grep -v "acceptance:" | tail -30
   ;;
 bench)
-  timeout ${BENCH_S:-420} python3 -m weaver.cli bench acceptance --drafter $W/drafter/final --adapter $W/weaver/final \
+  timeout ${BENCH_S:-420} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final --adapter $W/weaver/final \
     --limit ${BENCH_LIMIT:-20} --out $OUT/acceptance 2>&1 | grep -v "acceptance:" | tail -40
   ;;
 esac

@@ -149,10 +149,11 @@ def _add_demo(sub) -> None:
 
 
 def _add_data(sub) -> None:
-    from weaver.train.cli import add_regenerate_parser
+    from weaver.train.cli import add_build_parser, add_regenerate_parser
 
     p = sub.add_parser("data", help="training data: prompts and the target's regenerated replies")
     dsub = p.add_subparsers(dest="data_cmd", required=True)
+    add_build_parser(dsub)
     add_regenerate_parser(dsub)
 
 

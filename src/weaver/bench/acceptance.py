@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", default="auto", help="adapter checkpoint (default auto: the model's trained one)")
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     parser.add_argument("--limit", type=int, default=None, help="prompts per workload (default: all)")
+    parser.add_argument("--eval-dir", default=None,
+                        help="read <dir>/<workload>.jsonl (`weaver data build`'s eval/) instead of the packages")
     parser.add_argument("--methods", nargs="+", default=["chain", "ddtree", "weaver"])
     parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128])
     parser.add_argument("--chain-budget", type=int, default=15, help="chain drafts (block 16: 15)")
@@ -55,11 +57,10 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     import weaver
-    from weaver.train.data import eval_prompts
 
     llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter,
                      options=runtime_options(args))
-    prompts = {w: eval_prompts(w, args.limit) for w in args.workloads}
+    prompts = {w: _prompts(w, args.limit, args.eval_dir) for w in args.workloads}
     runs = _runs(args.methods, args.budgets, args.chain_budget)
     records = []
     total = sum(len(p) for p in prompts.values()) * (1 + len(runs) + (2 if args.sampled_budget else 0))
@@ -99,6 +100,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {len(bad)} greedy outputs differ from ar: {bad[:5]}", file=sys.stderr)
         return 1
     return 0
+
+
+def _prompts(workload: str, limit: int | None, eval_dir: str | None) -> list:
+    """The workload's evaluation prompts, from the packages or from a directory `weaver data build` wrote."""
+    from weaver.train.data import EvalPrompt, eval_prompts
+
+    if eval_dir is None:
+        return eval_prompts(workload, limit)
+    path = Path(eval_dir) / f"{workload}.jsonl"
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    return [EvalPrompt(r["id"], r["workload"], r["text"]) for r in rows][:limit]
 
 
 def _stats(out) -> dict:

@@ -10,6 +10,7 @@ interrupted run resumes where it stopped.
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from dataclasses import dataclass
@@ -44,12 +45,13 @@ class RegenerateConfig:
 
 
 def read_prompt_messages(path: str | Path) -> list[list[dict]]:
-    """The `messages` of every line of a prompts JSONL (`weaver data build`'s train_prompts.jsonl)."""
+    """The `messages` of every line of a prompts JSONL (`weaver data build`'s train_prompts.jsonl; .gz too)."""
     path = Path(path)
     if not path.is_file():
         raise WeaverError(f"{path}: no such prompts file (write one with `weaver data build`)")
     out = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    raw = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text(encoding="utf-8")
+    for n, line in enumerate(raw.split("\n"), 1):
         if not line.strip():
             continue
         try:
