@@ -35,7 +35,7 @@ drafter)
 weaver)
   timeout ${WEAVER_TIMEOUT:-400} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
     --out $W/weaver --steps ${WEAVER_STEPS:-4000} --max-seconds ${WEAVER_S:-270} --lr ${WEAVER_LR:-1e-3} \
-    --warmup-steps 100 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
+    --warmup-steps 100 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} --variant ${WEAVER_VARIANT:-released} \
     --log-every 50 2>&1 | tr '\r' '\n' | awk 'NR % 25 == 0 || /step|error|Error|{/' | tee $OUT/weaver_log.txt
   pack weaver
   timeout ${QUICK_S:-150} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final --adapter $W/weaver/final \

@@ -130,6 +130,11 @@ def _add_bench(sub) -> None:
     r = bsub.add_parser("rounds", help="tau, tok/s and stage times per method and budget")
     rounds.add_arguments(r)
     r.set_defaults(func=rounds.run)
+    from weaver.bench import acceptance
+
+    acc = bsub.add_parser("acceptance", help="tau per workload, method and budget; greedy equality with ar")
+    acceptance.add_arguments(acc)
+    acc.set_defaults(func=acceptance.run)
     try:
         from weaver.bench import kernels
     except ImportError:  # kernel benchmarks need triton

@@ -217,9 +217,13 @@ class Engine:
 
         if self.cuda_graphs == "off":
             return run(tokens, count)
+        def run_from_empty(tokens: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+            cache.lengths.zero_()  # a prefill starts a generation; capture's warm-up calls must not pile up
+            return run(tokens, count)
+
         key = (cache.capacity, bucket)
         if key not in self._prefill_graphs:
-            self._prefill_graphs[key] = GraphedStep(run, tokens, count)
+            self._prefill_graphs[key] = GraphedStep(run_from_empty, tokens, count)
             cache.reset()
         return self._prefill_graphs[key](tokens, count)
 
