@@ -6,6 +6,7 @@ Examples (CPU-sized):
     weaver generate "Why is the sky blue?" --max-new-tokens 64
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
+    weaver convert adapter qwen36_27b_weaver.pth weaver-adapter/
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -30,7 +31,8 @@ def _add_generate(sub) -> None:
                    help="decoding method (chain/ddtree/weaver need --drafter; weaver also --adapter)")
     p.add_argument("--budget", type=int, default=64, help="tree budget: non-root nodes per round")
     p.add_argument("--drafter", default=None, help="drafter checkpoint dir, or 'random[:layers]' (default 1 layer)")
-    p.add_argument("--adapter", default=None, help="adapter checkpoint dir, or 'random[:width]' (default width 64)")
+    p.add_argument("--adapter", default=None,
+                   help="adapter checkpoint dir, the authors' .pth, or 'random[:width]' (default width 64)")
     p.add_argument("--verify", default="auto", choices=["auto", "greedy", "target_only", "traversal",
                                                         "chain_speculative"],
                    help="verification rule (auto: greedy at temperature 0, else target_only)")
@@ -137,6 +139,26 @@ def _add_bench(sub) -> None:
         k.set_defaults(func=kernels.run)
 
 
+def _add_convert(sub) -> None:
+    p = sub.add_parser("convert", help="convert checkpoints from other formats into weaver's")
+    csub = p.add_subparsers(dest="convert_cmd", required=True)
+    a = csub.add_parser("adapter", help="the authors' released Weaver .pth -> weaver's adapter directory")
+    a.add_argument("source", help="the .pth file ({'config': ..., 'state_dict': ...}; either layout)")
+    a.add_argument("out_dir", help="directory to write config.json + model.safetensors into (created if needed)")
+    a.set_defaults(func=_cmd_convert_adapter)
+
+
+def _cmd_convert_adapter(args: argparse.Namespace) -> int:
+    from weaver.speculative.weaver import WeaverAdapter
+
+    adapter = WeaverAdapter.from_released(args.source)
+    adapter.save_pretrained(args.out_dir)
+    cfg = adapter.config
+    print(f"{args.out_dir}: Weaver adapter ({cfg.positions} positions, {cfg.mlp} MLP, d_rank {cfg.d_rank}, "
+          f"target hidden {cfg.target_hidden})")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="weaver", description="Lossless speculative decoding with trees from marginals."
@@ -146,6 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_models(sub)
     _add_bench(sub)
+    _add_convert(sub)
     return parser
 
 

@@ -403,7 +403,8 @@ class WeaverAdapter(nn.Module):
         if root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
             if root.shape != (b,):
                 raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
-            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1)], dim=1)  # [B, rows]
+            # [B, rows]; a padded candidate (id < 0, never a node: it scores -inf) takes token 0's row
+            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1).clamp(min=0)], dim=1)
             depth = torch.arange(rows, device=ref.device).sub(1).div(pool_ids.shape[2], rounding_mode="floor") + 1
             depth = depth.clamp(min=0)  # row 0 (the root): depth 0; a candidate of pool t: a node at depth t + 1
             state.cand_x = self.node_rows(tokens, depth.expand(b, rows))
