@@ -6,6 +6,7 @@ Examples (CPU-sized):
     weaver generate "Why is the sky blue?" --max-new-tokens 64
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
+    weaver convert adapter qwen36_27b_weaver.pth weaver-adapter/
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -162,6 +163,26 @@ def _add_data(sub) -> None:
     add_regenerate_parser(dsub)
 
 
+def _add_convert(sub) -> None:
+    p = sub.add_parser("convert", help="convert checkpoints from other formats into weaver's")
+    csub = p.add_subparsers(dest="convert_cmd", required=True)
+    a = csub.add_parser("adapter", help="the authors' released Weaver .pth -> weaver's adapter directory")
+    a.add_argument("source", help="the .pth file ({'config': ..., 'state_dict': ...}; either layout)")
+    a.add_argument("out_dir", help="directory to write config.json + model.safetensors into (created if needed)")
+    a.set_defaults(func=_cmd_convert_adapter)
+
+
+def _cmd_convert_adapter(args: argparse.Namespace) -> int:
+    from weaver.speculative.weaver import WeaverAdapter
+
+    adapter = WeaverAdapter.from_released(args.source)
+    adapter.save_pretrained(args.out_dir)
+    cfg = adapter.config
+    print(f"{args.out_dir}: Weaver adapter ({cfg.positions} positions, {cfg.mlp} MLP, d_rank {cfg.d_rank}, "
+          f"target hidden {cfg.target_hidden})")  # fmt: skip
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="weaver", description="Lossless speculative decoding with trees from marginals."
@@ -171,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_models(sub)
     _add_bench(sub)
+    _add_convert(sub)
     _add_demo(sub)
     _add_data(sub)
     from weaver.train.cli import add_train_commands

@@ -293,7 +293,8 @@ def _load_drafter(spec: str | None, target: Decoder, seed: int):
 
 
 def _load_adapter(spec: str | None, target: Decoder, seed: int):
-    """None, "random[:width]" (a random Weaver adapter for this target, width 64 by default) or a checkpoint."""
+    """None, "random[:width]" (a random Weaver adapter for this target, width 64 by default), a checkpoint
+    directory, or the authors' released `.pth` file (checked against the target's hidden size)."""
     if spec is None:
         return None
     from weaver.speculative.weaver import WeaverAdapter
@@ -301,6 +302,8 @@ def _load_adapter(spec: str | None, target: Decoder, seed: int):
     width = _random_size(spec, default=64)
     if width is not None:
         adapter = WeaverAdapter.random(target.config, d_rank=width, num_heads=4, mlp_dim=2 * width, seed=seed)
+    elif Path(spec).is_file():
+        adapter = WeaverAdapter.from_released(spec, target.config)
     else:
         adapter = WeaverAdapter.from_pretrained(spec)
     return adapter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)

@@ -82,10 +82,11 @@ def test_drafter_task_saves_a_checkpoint_the_loader_reads(tmp_path, target, stor
                                                  strict=True))
 
 
-def test_weaver_task_learns_the_teacher(target, store) -> None:
+@pytest.mark.parametrize("variant", ["released", "learned"])
+def test_weaver_task_learns_the_teacher(target, store, variant) -> None:
     drafter = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=5, seed=2)
     cfg = WeaverTaskConfig(d_rank=32, num_heads=4, mlp_dim=64, pool_size=16, anchors=4, batch_size=4,
-                           variant="learned")
+                           variant=variant)
     task = WeaverTask(target, drafter, store, cfg)
     losses, metrics = _steps(task, 25)
     assert all(torch.isfinite(torch.tensor(losses)))

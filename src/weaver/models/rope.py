@@ -9,10 +9,14 @@ import torch
 from weaver.models.config import ModelConfig
 
 
+def base_inv_freq(dim: int, theta: float) -> torch.Tensor:
+    """theta^(-2i / dim) for i < dim // 2, float64 (the unscaled frequencies; callers cast)."""
+    return 1.0 / (theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+
+
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     """Inverse frequencies [rotary_dim // 2] in float32, with llama3 scaling when configured."""
-    dim = cfg.rotary_dim
-    inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    inv_freq = base_inv_freq(cfg.rotary_dim, cfg.rope_theta)
     scaling = cfg.rope_scaling
     if scaling:  # llama3: keep high frequencies, divide low ones by `factor`, blend in between
         factor = float(scaling["factor"])

@@ -5,7 +5,8 @@
 
 With q = weaver_norm(y) (the adapter's out_norm) and table = W_lm @ lm_head_query_in ([V, d], the adapter's
 `residual_lm_head`), a candidate c of the pool scores prior(c) + table[c] . q = prior(c) + <W_lm[c],
-lm_head_query_in(q)>: K gathered rows, never a full-vocabulary projection. Rounding points: the norm cast
+lm_head_query_in(q)>: K gathered rows, never a full-vocabulary projection; a candidate id < 0 (a padded pool)
+scores -inf. Rounding points: the norm cast
 to y's dtype, the product in the table's dtype, the sum in float32. `weaver.kernels.triton.pool_top` is the
 fused form of `pool_top` (same arguments).
 """
@@ -28,11 +29,14 @@ def score_pool(
     ids: torch.Tensor,  # [..., K] long: each row's pool candidates
     prior: torch.Tensor,  # [..., K] their raw drafter logits
 ) -> torch.Tensor:
-    """Pool logits prior + table[ids] @ weaver_norm(y), float32 [..., K] (differentiable)."""
+    """Pool logits prior + table[ids] @ weaver_norm(y), float32 [..., K] (differentiable); ids < 0 (padding) score
+    -inf."""
     query = weaver_norm(y, norm_weight, norm_bias, eps)  # [..., d]
-    rows = table[ids.to(table.device)]  # [..., K, d]
+    ids = ids.to(table.device)
+    rows = table[ids.clamp(min=0)]  # [..., K, d]
     residual = torch.matmul(rows, query[..., None].to(rows.dtype)).squeeze(-1)  # [..., K]
-    return prior.float() + residual.float()
+    logits = prior.float().to(residual.device) + residual.float()
+    return logits.masked_fill(ids < 0, float("-inf"))
 
 
 def pool_top(

@@ -6,49 +6,58 @@ drafter's logits with their raw logits (the prior). With E the target's embeddin
 LM head (`bind`):
 
     prefix rows   u_0 = proposal_in(output_norm(h_tgt))
-                  u_d = proposal_in(output_norm(h_d)) + pos_emb[d-1]              d = 1..D
-    tree node     e_n = token_in(embed_norm(E[x_n])) + pos_emb[min(t_n, max_depth-1)]   t_n = depth of n
+                  u_d = proposal_in(output_norm(h_d)) (+ pos_emb[d-1])                d = 1..D
+    tree node     e_n = token_in(embed_norm(E[x_n])) (+ pos_emb[min(t_n, max_depth-1)])   t_n = depth of n
     block         one (or `num_layers`) pre-norm transformer block(s) of width d_rank; the prefix rows
                   attend causally among themselves, a node attends to every prefix row, its ancestors
                   (root included) and itself; only the K/V of prefix rows and nodes are kept
     query         q_n = lm_head_query_in(out_norm(y_n))                           [Ht]
     pool score    logit_n(c) = prior_{t_n+1}(c) + <W_lm[c], q_n> = prior + R[c] . out_norm(y_n)
                   with R = W_lm @ lm_head_query_in.weight  [V, d_rank], precomputed once by `bind`;
-                  a step gathers the K pool rows of R, never projects onto the full vocabulary
+                  a step gathers the K pool rows of R, never projects onto the full vocabulary; candidate
+                  ids < 0 (padding) score -inf
     p_weaver(c | path to n) = softmax of logit_n over the K candidates of depth t_n + 1.
 
-Positions. `pos_emb` is a learned table [max_depth, d_rank]; row j is the position of pool j+1 (depth
-j+1, 1-based). The drafter row h_d adds row d-1 and a node at depth t adds row t, the row of the pool its
-query scores (depth t+1): the root (t = 0) shares a position with h_1, a depth-1 node with h_2, and so on;
-u_0 has none. This is what trymirai/sglang's `dflash_tfm.py` does (prefix `pos_emb[:steps]`, node
-`pos_emb[depth]` with the depth clamped to the table). uzu (the authors' on-device engine) uses RoPE
-instead; a checkpoint from it would need a different positional path.
+Two variants (`config.positions`, `config.mlp`; `weaver.speculative.weaver_layers` has both blocks):
 
-The config, the norms (float32 RMSNorm with bias) and the block live in `weaver.speculative.weaver_layers`.
-Parameter names follow the authors' checkpoint so it can be converted key for key.
+- "learned" (the older one, trymirai/sglang's `dflash_tfm.py`): `pos_emb` is a learned table [max_depth,
+  d_rank] added to the input rows; row j is the position of pool j+1 (depth j+1, 1-based). The drafter row h_d
+  adds row d-1 and a node at depth t adds row t, the row of the pool its query scores (depth t+1): the root
+  (t = 0) shares a position with h_1, a depth-1 node with h_2, and so on; u_0 has none.
+- "rope" (the authors' released one, trymirai/weaver, with mlp="swiglu"; `RELEASED`): no pos_emb; RoPE on q and
+  k in every block (rotate-half over the whole head_dim, base rope_base): prefix row j at position j (u_0 at 0,
+  h_d at d) and a node at depth t at position min(t, D - 1) + 1, D = the round's drafter rows. So a node again
+  shares h_{t+1}'s position, clamped by the round's D (not by max_depth as pos_emb is).
+
+`from_released` reads the authors' `.pth` (either variant, told apart by its keys; `weaver.speculative.weaver_io`);
+`from_pretrained` / `save_pretrained` are weaver's own directory format. Parameter names are the authors'.
 
 Two paths share the weights: `begin_round` + `step` grow a tree (static shapes, one batched call per
 expansion of w nodes; no autograd) and `forward` scores a teacher-forced chain (training, tests).
 
 Candidate table. A tree node's input row e_n depends only on its token and depth, and a node at depth t+1
 is always a candidate of pool t: so `begin_round(..., root=)` computes e_n and the first block's q/k/v for
-the root and all D*K pool candidates at once (two GEMMs over D*K rows, off the step's critical path), and
-a step given each node's candidate index (`cand`: 0 = the root, 1 + t*K + j = pool t's j-th candidate)
-gathers them instead of running embedding, norms and two GEMMs per call; `step_top` hands back the
-children's candidate indices. The table is built where the adapter's kernels run (`use_kernel(options, ...)`
-with the options given to `bind`; on a CPU the D*K rows cost more than the steps they save), given `root` and
-within CANDIDATE_TABLE_MAX_BYTES; otherwise the step computes the rows.
+the root and all D*K pool candidates at once (two GEMMs over D*K rows, off the step's critical path; with RoPE
+q and k are stored rotated at the candidate's position), and a step given each node's candidate index (`cand`:
+0 = the root, 1 + t*K + j = pool t's j-th candidate) gathers them instead of running embedding, norms and two
+GEMMs per call; `step_top` hands back the children's candidate indices. The table is built where the adapter's
+kernels run (`use_kernel(options, ...)` with the options given to `bind`; on a CPU the D*K rows cost more than
+the steps they save), given `root` and within CANDIDATE_TABLE_MAX_BYTES; otherwise the step computes the rows.
 
 Kernels. Where `use_kernel(options, ...)` says so, a tree step's attention, block output and scoring tail are
 fused Triton launches (`weaver.kernels.node_attention`, `adapter_finish`, `pool_top`); elsewhere their torch
-references in `weaver.ops` run. `kernels="torch"` gives the references everywhere.
+references in `weaver.ops` run. `kernels="torch"` gives the references everywhere. Both variants run in the
+kernels: the attention takes q/k already rotated (from the table, or rotated by `apply_rope` for blocks after
+the first), and the finish kernel has both MLP forms.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -66,6 +75,7 @@ from weaver.models.checkpoint import (
     copy_tensors,
     read_config_json,
     read_tensors,
+    stored_dtype,
     write_checkpoint,
 )
 from weaver.models.config import ModelConfig
@@ -73,9 +83,9 @@ from weaver.ops.node_attention import masked_attention
 from weaver.ops.pool_top import score_pool
 from weaver.ops.weaver_frontier import node_inputs, node_visibility
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
-from weaver.speculative.weaver_layers import WeaverBlock, WeaverConfig, WeaverNorm
+from weaver.speculative.weaver_layers import RELEASED, Rope, WeaverBlock, WeaverConfig, WeaverNorm, rope_table
 
-__all__ = ["WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
+__all__ = ["RELEASED", "WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
 CONFIG_NAME = "config.json"
 MODEL_TYPE = "weaver_adapter"
@@ -127,7 +137,12 @@ class WeaverAdapter(nn.Module):
         self.embed_norm = WeaverNorm(ht, cfg.rms_norm_eps, cfg.norm_bias)  # on target embedding rows
         self.proposal_in = nn.Linear(ht, d)
         self.token_in = nn.Linear(ht, d)
-        self.pos_emb = nn.Parameter(torch.zeros(cfg.max_depth, d))
+        if cfg.positions == "learned":
+            self.pos_emb = nn.Parameter(torch.zeros(cfg.max_depth, d))
+        else:  # cos / sin rows of positions 0..max_depth (not saved; cast with the module like its weights)
+            cos, sin = rope_table(cfg)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
         self.blocks = nn.ModuleList(WeaverBlock(cfg) for _ in range(cfg.num_layers))
         self.out_norm = WeaverNorm(d, cfg.rms_norm_eps, cfg.norm_bias)
         self.lm_head_query_in = nn.Linear(d, ht, bias=False)
@@ -149,11 +164,15 @@ class WeaverAdapter(nn.Module):
         *,
         norm_bias: bool = True,
         num_layers: int = 1,
+        positions: str = "learned",
+        mlp: str = "gelu",
+        rope_base: float = 10000.0,
     ) -> WeaverAdapter:
         """Deterministic random weights drawn on the CPU (same adapter on every device), fp32, on the CPU.
 
         Matrices ~ N(0, 1/fan_in), so activations stay O(1); norms 1 + N(0, 0.1^2), biases and pos_emb
-        ~ N(0, 0.1^2) / N(0, 1): every part of the network changes the scores.
+        ~ N(0, 0.1^2) / N(0, 1): every part of the network changes the scores. `**RELEASED` gives the
+        released variant (RoPE, SwiGLU).
         """
         cfg = WeaverConfig(
             target_hidden=target_cfg.hidden_size,
@@ -165,6 +184,9 @@ class WeaverAdapter(nn.Module):
             norm_bias=norm_bias,
             rms_norm_eps=target_cfg.rms_norm_eps,
             num_layers=num_layers,
+            positions=positions,
+            mlp=mlp,
+            rope_base=rope_base,
         )
         with torch.device("cpu"):
             model = cls(cfg)
@@ -205,6 +227,30 @@ class WeaverAdapter(nn.Module):
         params = dict(model.named_parameters())
         check_complete(params, copy_tensors(params, tensors, path / WEIGHTS_NAME), path)
         return model.to(device=device, dtype=dtype).eval()
+
+    @classmethod
+    def from_released(
+        cls,
+        source: str | Path | Mapping[str, Any],
+        target: ModelConfig | int | None = None,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> WeaverAdapter:
+        """The authors' checkpoint (a `.pth` path, or its loaded {"config", "state_dict"} dict), either variant.
+
+        `target`: the target's config (or its hidden size) the adapter must fit (None: not checked). Weights keep
+        the stored dtype unless `dtype` is given. Problems -> CheckpointError (`weaver.speculative.weaver_io`).
+        """
+        from weaver.speculative.weaver_io import check_keys, read_released
+
+        hidden = target.hidden_size if isinstance(target, ModelConfig) else target
+        cfg, state_dict, where = read_released(source, hidden)
+        with torch.device("cpu"):
+            model = cls(cfg)
+        params = dict(model.named_parameters())
+        check_keys(set(params), set(state_dict), where)
+        copy_tensors(params, state_dict, where)  # shapes checked here
+        return model.to(device=device, dtype=dtype or stored_dtype(state_dict)).eval()
 
     def save_pretrained(self, path: str | Path) -> None:
         """Write config.json and model.safetensors into `path` (created if needed)."""
@@ -248,22 +294,46 @@ class WeaverAdapter(nn.Module):
             raise RuntimeError("WeaverAdapter is not bound to a target: call bind(embed_weight, lm_head_weight)")
 
     # ------------------------------------------------------------ pieces
+    @property
+    def _ref(self) -> torch.Tensor:
+        """A weight whose device and dtype are the adapter's."""
+        return self.proposal_in.weight
+
+    @property
+    def _learned(self) -> bool:
+        return self.config.positions == "learned"
+
     def prefix_rows(self, target_hidden: torch.Tensor, draft_hidden: torch.Tensor) -> torch.Tensor:
         """u_0..u_D: target_hidden [B, Ht], draft_hidden [B, D, Ht] -> [B, 1 + D, d_rank]."""
-        ref = self.pos_emb
+        ref = self._ref
         depth = draft_hidden.shape[1]
         h = torch.cat([target_hidden[:, None], draft_hidden], dim=1).to(device=ref.device, dtype=ref.dtype)
         u = self.proposal_in(self.output_norm(h))  # [B, 1 + D, d_rank]
-        pos = torch.cat([torch.zeros_like(self.pos_emb[:1]), self.pos_emb[:depth]])  # [1 + D, d_rank]
-        return u + pos
+        if not self._learned:  # RoPE: the position goes into q/k instead (`_rope`)
+            return u
+        return u + torch.cat([torch.zeros_like(self.pos_emb[:1]), self.pos_emb[:depth]])  # + [1 + D, d_rank]
 
     def node_rows(self, tokens: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
-        """e_n: tokens, depth [...] -> [..., d_rank] (token embedding + position of the pool it scores)."""
+        """e_n: tokens, depth [...] -> [..., d_rank] (token embedding, + position of the pool it scores if learned)."""
         self._check_bound()
-        ref = self.pos_emb
+        ref = self._ref
         emb = F.embedding(tokens.to(self._embed.device), self._embed).to(device=ref.device, dtype=ref.dtype)
-        pos = self.pos_emb[depth.clamp(min=0, max=self.config.max_depth - 1)]
-        return self.token_in(self.embed_norm(emb)) + pos
+        e = self.token_in(self.embed_norm(emb))
+        if not self._learned:
+            return e
+        return e + self.pos_emb[depth.clamp(min=0, max=self.config.max_depth - 1)]
+
+    @staticmethod
+    def node_positions(depth: torch.Tensor, rows: int) -> torch.Tensor:
+        """RoPE positions of nodes at `depth` in a round of D = `rows` drafter rows: min(t, D - 1) + 1 (the released
+        rule; prefix row j sits at j)."""
+        return depth.clamp(min=0, max=rows - 1) + 1
+
+    def _rope(self, positions: torch.Tensor) -> Rope | None:
+        """cos, sin [..., head_dim] of integer positions [...] (within 0..max_depth), or None without RoPE."""
+        if self._learned:
+            return None
+        return self.rope_cos[positions], self.rope_sin[positions]
 
     def score_pool(self, y: torch.Tensor, pool_ids: torch.Tensor, pool_prior: torch.Tensor) -> torch.Tensor:
         """Pool logits prior(c) + <W_lm[c], lm_head_query_in(out_norm(y))> through R's K gathered rows.
@@ -309,7 +379,7 @@ class WeaverAdapter(nn.Module):
         self._check_round_inputs(target_hidden, draft_hidden, pool_ids, pool_prior)
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        cfg, ref = self.config, self.pos_emb
+        cfg, ref = self.config, self._ref
         b, p = target_hidden.shape[0], draft_hidden.shape[1] + 1
         shape = (cfg.num_layers, b, cfg.num_heads, p + capacity, cfg.head_dim)
         k_buf = torch.zeros(shape, device=ref.device, dtype=ref.dtype)
@@ -318,8 +388,9 @@ class WeaverAdapter(nn.Module):
         visible[:, :, :p] = True
         causal = torch.ones(p, p, dtype=torch.bool, device=ref.device).tril()[None]  # [1, P, P]
         x = self.prefix_rows(target_hidden, draft_hidden)  # [B, P, d_rank]
+        rope = self._rope(torch.arange(p, device=ref.device)[None])  # prefix row j at position j
         for layer, block in enumerate(self.blocks):
-            q, k, v = block.qkv(x)  # [B, H, P, hd]
+            q, k, v = block.qkv(x, rope)  # [B, H, P, hd]
             k_buf[layer, :, :, :p], v_buf[layer, :, :, :p] = k, v
             if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
                 x = block.finish(x, masked_attention(q, k, v, causal.expand(b, p, p)))
@@ -332,11 +403,13 @@ class WeaverAdapter(nn.Module):
         if root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
             if root.shape != (b,):
                 raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
-            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1)], dim=1)  # [B, rows]
+            # [B, rows]; a padded candidate (id < 0, never a node: it scores -inf) takes token 0's row
+            tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1).clamp(min=0)], dim=1)
             depth = torch.arange(rows, device=ref.device).sub(1).div(pool_ids.shape[2], rounding_mode="floor") + 1
-            state.cand_x = self.node_rows(tokens, depth.clamp(min=0).expand(b, rows))  # row 0: depth 0
-            first = self.blocks[0]
-            state.cand_qkv = first.qkv_proj(first.norm_attn(state.cand_x))
+            depth = depth.clamp(min=0)  # row 0 (the root): depth 0; a candidate of pool t: a node at depth t + 1
+            state.cand_x = self.node_rows(tokens, depth.expand(b, rows))
+            rope = self._rope(self.node_positions(depth, state.depth)[None])  # q, k stored rotated
+            state.cand_qkv = self.blocks[0].qkv_rows(state.cand_x, rope)
         return state
 
     @torch.no_grad()
@@ -388,7 +461,7 @@ class WeaverAdapter(nn.Module):
         rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
         first = self.blocks[0]
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
-        x = self._blocks(state, x, rows, state.prefix_len + slot, mask, q)
+        x = self._blocks(state, x, rows, state.prefix_len + slot, mask, step[3], q)
         norm = self.out_norm
         fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
                             state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3], self.options)
@@ -443,23 +516,26 @@ class WeaverAdapter(nn.Module):
             seen = node_visibility(state.visible, state.prefix_mask, slot, parent, p)  # [B, w, P+S]
             x = self.node_rows(token, depth)  # [B, w, d_rank]
         # 2) the block(s): write each node's K/V into its slot, then attend
-        x = self._blocks(state, x, rows, col, seen, q0)
+        x = self._blocks(state, x, rows, col, seen, depth, q0)
         # 3) children come from the pool of depth + 1
         return x, rows, depth.clamp(max=state.depth - 1)
 
     def _blocks(
         self, state: WeaverRound, x: torch.Tensor, rows: torch.Tensor, col: torch.Tensor, seen: torch.Tensor,
-        q0: torch.Tensor | None = None,
+        depth: torch.Tensor, q0: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The block(s) over the step's nodes: x [B, w, d_rank], their K/V columns col [B, w] and visibility
-        rows seen [B, w, P+S]. q0: the first block's q when its q/k/v came from the candidate table (its K/V
-        already written); else every block projects x and writes its K/V."""
+        """The block(s) over the step's nodes: x [B, w, d_rank], their K/V columns col [B, w], visibility rows
+        seen [B, w, P+S] and depths [B, w] (their RoPE positions). q0: the first block's q when its q/k/v came
+        from the candidate table (rotated, its K/V already written); else every block projects x and writes its
+        K/V."""
         b, w = col.shape
+        computed = q0 is None or len(self.blocks) > 1  # some block projects (and rotates) q/k here
+        rope = self._rope(self.node_positions(depth, state.depth)) if computed else None
         for layer, block in enumerate(self.blocks):
             if layer == 0 and q0 is not None:
                 q = q0
             else:
-                q, k, v = block.qkv(x)  # [B, H, w, hd]
+                q, k, v = block.qkv(x, rope)  # [B, H, w, hd]
                 state.k[layer][rows, :, col] = k.transpose(1, 2)  # [B, w, H, hd] into column P + slot
                 state.v[layer][rows, :, col] = v.transpose(1, 2)
             attn = attend_nodes(q, state.k[layer], state.v[layer], seen, self.options)  # [B, H, w, hd]
@@ -485,13 +561,16 @@ class WeaverAdapter(nn.Module):
         depth = draft_hidden.shape[1]
         if not 1 <= t <= depth:
             raise ValueError(f"tokens must be [B, T] with 1 <= T <= D={depth}, got {tuple(tokens.shape)}")
-        ref = self.pos_emb
-        node_depth = torch.arange(t, device=ref.device).expand(b, t)
-        x = torch.cat([self.prefix_rows(target_hidden, draft_hidden), self.node_rows(tokens, node_depth)], dim=1)
+        ref = self._ref
+        node_depth = torch.arange(t, device=ref.device)
+        x = torch.cat([self.prefix_rows(target_hidden, draft_hidden), self.node_rows(tokens, node_depth.expand(b, t))],
+                      dim=1)  # fmt: skip
         n = x.shape[1]  # P + T: a causal sequence (prefix causal; a chain node sees the prefix and its past)
         causal = torch.ones(n, n, dtype=torch.bool, device=ref.device).tril()[None].expand(b, n, n)
+        positions = torch.cat([torch.arange(depth + 1, device=ref.device), self.node_positions(node_depth, depth)])
+        rope = self._rope(positions[None])  # [1, P + T, hd] each, or None
         for block in self.blocks:
-            q, k, v = block.qkv(x)
+            q, k, v = block.qkv(x, rope)
             x = block.finish(x, masked_attention(q, k, v, causal))
         ids, prior = pool_ids[:, :t].to(ref.device), pool_prior[:, :t].to(ref.device)
         return self.score_pool(x[:, n - t :], ids, prior)

@@ -19,6 +19,7 @@ from torch import nn
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
+from weaver.speculative.weaver_layers import RELEASED
 from weaver.train.anchors import draft_at_anchors, sample_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
 
@@ -95,7 +96,7 @@ class WeaverTask:
         self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval().requires_grad_(False)
         depth = drafter.config.block_size - 1
         if adapter is None:
-            variant = {"released": dict(positions="rope", mlp="swiglu"), "learned": {}}[cfg.variant]
+            variant = {"released": RELEASED, "learned": {}}[cfg.variant]
             adapter = WeaverAdapter.random(target.config, d_rank=cfg.d_rank, num_heads=cfg.num_heads,
                                            mlp_dim=cfg.mlp_dim, max_depth=depth, pool_size=cfg.pool_size,
                                            seed=cfg.seed, num_layers=cfg.num_layers, **variant)

@@ -141,13 +141,17 @@ def _gemv_kernel(
             w_up = tl.load(w_ptr + (rows[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
             acc_up += tl.sum(w_up.to(tl.float32) * xk[None, :], axis=1)
     y = acc
-    if BIAS:  # nn.Linear's bias joins the fp32 accumulator before the one rounding
+    if SWIGLU:  # silu(gate) * up; with BIAS each half's bias joins its accumulator before its one rounding
+        up = acc_up
+        if BIAS:
+            y += tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+            up += tl.load(bias_ptr + rows + HALF, mask=row_ok, other=0.0).to(tl.float32)
+        gate = _round(y, dtype)
+        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(up, dtype)
+    elif BIAS:  # nn.Linear's bias joins the fp32 accumulator before the one rounding
         y = _round(y + tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), dtype)
     if GELU:  # exact (erf) GELU of the rounded linear output
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
-    if SWIGLU:
-        gate = _round(acc, dtype)
-        y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(acc_up, dtype)
     if RESIDUAL:
         r = tl.load(res_ptr + m * stride_rm + rows, mask=row_ok, other=0.0).to(tl.float32)
         y = _round(y, dtype) + r
@@ -170,12 +174,13 @@ def fused_gemv(
     *,
     norm_fp32: bool = False,  # the Weaver adapter's norm: weight * x / rms(x) (+ norm_bias) in fp32, one rounding
     norm_bias: torch.Tensor | None = None,  # [K] (needs norm_fp32)
-    bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias
+    bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
-    fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV).
+    fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
+    bias also goes with swiglu).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
@@ -202,8 +207,11 @@ def fused_gemv(
     if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
         raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
     adapter_opts = norm_fp32 or norm_bias is not None or bias is not None or gelu
-    if adapter_opts and (swiglu or row_tiles or tiles is not None or norm_out is not None):
-        raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no swiglu, tiles)")
+    if adapter_opts and (row_tiles or tiles is not None or norm_out is not None or (gelu and swiglu)):
+        raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no tiles; gelu or "
+                         "swiglu, not both)")
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"bias must be [{n}] (one entry a weight row), got {tuple(bias.shape)}")
     if norm_bias is not None and not (norm_fp32 and norm_weight is not None):
         raise ValueError("norm_bias needs norm_weight and norm_fp32=True")
     check_device(x, bias, norm_bias)

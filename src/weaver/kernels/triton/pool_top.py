@@ -6,7 +6,8 @@ Per node row r (batch row b = r // W, pool row p = pool[r]) this is `weaver.ops.
 rounding points (norm in fp32 cast to y's dtype, the residual product in the table's dtype):
 
     q       = out_norm(y[r])                                        [d]
-    logits  = pool_prior[b, p] + table[pool_ids[b, p]] @ q          [K]   (table = W_lm @ lm_head_query_in)
+    logits  = pool_prior[b, p] + table[pool_ids[b, p]] @ q          [K]   (table = W_lm @ lm_head_query_in;
+                                                                           -inf where an id < 0)
     top_lp, top_ix = topk(log_softmax(logits), c);  top_tok = pool_ids[b, p, top_ix]   (all three returned)
 
 On the H200 the torch path is ~10 small kernels per adapter step (norm pieces, two gathers, a batched
@@ -55,11 +56,12 @@ def _pool_logits_kernel(
     o_k = i_k * BLOCK_K + tl.arange(0, BLOCK_K)
     m_k = o_k < K
     b_ids = tl.load(ids + i_b * stride_ib + p * stride_id + o_k, mask=m_k, other=0)
-    p_rows = table + b_ids.to(tl.int64)[:, None] * stride_t + o_d[None, :]
-    b_rows = tl.load(p_rows, mask=m_k[:, None] & m_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_K, BLOCK_D]
+    m_id = b_ids >= 0  # a padded candidate (id < 0) scores -inf
+    p_rows = table + tl.maximum(b_ids, 0).to(tl.int64)[:, None] * stride_t + o_d[None, :]
+    b_rows = tl.load(p_rows, mask=(m_k & m_id)[:, None] & m_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_K, BLOCK_D]
     b_dot = _round(tl.sum(b_rows * b_q[None, :], axis=1), table.dtype.element_ty)  # the product in the table's dtype
     b_prior = tl.load(prior + i_b * stride_pb + p * stride_pd + o_k, mask=m_k, other=0.0).to(tl.float32)
-    tl.store(logits + i_r * K + o_k, b_prior + b_dot, mask=m_k)
+    tl.store(logits + i_r * K + o_k, tl.where(m_id, b_prior + b_dot, float("-inf")), mask=m_k)
 
 
 @triton.jit
