@@ -1,0 +1,1 @@
+"""Training side of weaver: prompt data, target regeneration, drafter and Weaver trainers."""
