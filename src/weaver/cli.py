@@ -6,6 +6,7 @@ Examples (CPU-sized):
     weaver generate "Why is the sky blue?" --max-new-tokens 64
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
+    weaver data build --out data/prompts --max-prompts 2000
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -16,6 +17,7 @@ import sys
 
 from weaver.errors import WeaverError
 from weaver.options import add_runtime_arguments, runtime_options
+from weaver.train.data_cli import add_data_commands
 
 EXIT_USER_ERROR = 2
 
@@ -146,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_models(sub)
     _add_bench(sub)
+    add_data_commands(sub)
     return parser
 
 

@@ -45,7 +45,7 @@ DEFAULT_MIX = {"sharegpt": 0.30, "sharegpt_multi": 0.25, "gsm_symbolic": 0.15, "
 MATH_GENERATORS = ("basic_arithmetic", "simple_equations", "complex_arithmetic")
 GSM_POOL = 10_000  # training gsm_symbolic items per seed (generated on demand, so a small build costs little)
 MATH_POOL = 2_000  # per generator of MATH_GENERATORS
-GENERATED_CHUNK = 250
+GENERATED_CHUNK = 128  # items per reasoning-gym call: small builds generate little past their quota
 TRAIN_SEED_STRIDE = 1_000_000  # training seed s draws reasoning-gym items from Random((s + 1) * stride + i)
 MAX_PROMPT_CHARS = 6000  # whole prompt, context included
 TRAIN_FIRST_TURN_CHARS = (10, MAX_PROMPT_CHARS)
@@ -156,8 +156,10 @@ def _sharegpt_eval_conversations(progress: bool = False) -> list[sources.Convers
     candidates = []
     for conv in sources.sharegpt_conversations(progress):
         first = conv.messages[0]
+        if first["role"] != "user" or not lo <= len(first["content"]) <= hi:
+            continue
         key = normalise(first["content"])
-        if first["role"] == "user" and lo <= len(first["content"]) <= hi and key and key not in seen:
+        if key and key not in seen:
             seen.add(key)
             candidates.append(conv)
     return Random(EVAL_SHAREGPT_SEED).sample(candidates, min(EVAL_SHAREGPT_SIZE, len(candidates)))
@@ -186,17 +188,19 @@ def eval_prompts(workload: str, limit: int | None = None) -> list[EvalPrompt]:
     return prompts if limit is None else prompts[:limit]
 
 
-def eval_leak_index() -> LeakIndex:
+def eval_leak_index(eval_sets: dict[str, list[EvalPrompt]] | None = None) -> LeakIndex:
     """Every text an evaluation could show the model: all four full sets, MT-Bench turn 2, bare HumanEval prompts."""
-    texts = [p.text for w in EVAL_WORKLOADS for p in eval_prompts(w)]
+    eval_sets = {w: eval_prompts(w) for w in EVAL_WORKLOADS} if eval_sets is None else eval_sets
+    texts = [p.text for w in EVAL_WORKLOADS for p in eval_sets[w]]
     texts += [turn for q in sources.mtbench_questions() for turn in q["turns"]]
     texts += [p["prompt"] for p in sources.humaneval_problems()]
     return LeakIndex.of(texts)
 
 
-def sharegpt_held_out_ids() -> frozenset[str]:
+def sharegpt_held_out_ids(eval_set: list[EvalPrompt] | None = None) -> frozenset[str]:
     """Base ids of the ShareGPT dialogues the sharegpt evaluation set was drawn from (all their parts held out)."""
-    return frozenset(conv.base_id for conv in _sharegpt_eval_conversations())
+    eval_set = eval_prompts("sharegpt") if eval_set is None else eval_set
+    return frozenset(sources.sharegpt_base_id(p.id.removeprefix("sharegpt-")) for p in eval_set)
 
 
 # ----------------------------------------------------------------------------------------------- training sources
@@ -358,8 +362,11 @@ def build_training_set(seed: int = 0, max_prompts: int | None = None, mix: dict[
     if max_prompts is not None and max_prompts < 0:
         raise DataError(f"max_prompts must be >= 0, got {max_prompts}")
     weights = _weights(mix)
-    leak = eval_leak_index()
-    held_out = sharegpt_held_out_ids()
+    if progress:
+        sources.sharegpt_conversations(progress=True)  # the slowest read: parse it under a progress bar first
+    eval_sets = {w: eval_prompts(w) for w in EVAL_WORKLOADS}
+    leak = eval_leak_index(eval_sets)
+    held_out = sharegpt_held_out_ids(eval_sets["sharegpt"])
     streams = {s: SOURCE_STREAMS[s](seed, held_out, progress) for s in weights}
     taken: dict[str, list[TrainPrompt]] = {s: [] for s in weights}
     leaks: Counter[str] = Counter()

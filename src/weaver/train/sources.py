@@ -101,7 +101,12 @@ def _conversation(record: Any, index: int) -> Conversation | None:
     if not messages:
         return None
     raw_id = str(record.get("id", index))
-    return Conversation(id=raw_id, base_id=raw_id.rsplit("_", 1)[0], messages=tuple(messages))
+    return Conversation(id=raw_id, base_id=sharegpt_base_id(raw_id), messages=tuple(messages))
+
+
+def sharegpt_base_id(conv_id: str) -> str:
+    """"abc_3" and "abc_3~1" (a repeated id) -> "abc": the parts of one dialogue share it."""
+    return conv_id.split("~", 1)[0].rsplit("_", 1)[0]
 
 
 def parse_sharegpt(text: str, progress: Any = None) -> list[Conversation]:
