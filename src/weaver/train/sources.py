@@ -174,9 +174,15 @@ def reasoning_gym_items(name: str, size: int, seed: int) -> list[dict]:
 
 def codeio_records() -> list[dict]:
     """The 3,002 CodeI/O tasks bundled with reasoning-gym (task_description, input_output_spec, code_sample)."""
-    spec = importlib.util.find_spec("reasoning_gym")
+    try:
+        spec = importlib.util.find_spec("reasoning_gym")
+    except (ImportError, ValueError):  # ValueError: a sys.modules entry of None (the package blocked)
+        spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise DataError("prompt data needs the pip package 'reasoning-gym'; install it with `make install`")
+        raise DataError(
+            "prompt data needs the pip package 'reasoning-gym'; install it with `pip install reasoning-gym` or "
+            "`make install`"
+        )
     # Read the file next to the package instead of importing it: `import reasoning_gym` loads all 106 generators.
     path = Path(next(iter(spec.submodule_search_locations))) / "data" / "codeio.jsonl.gz"
     if not path.is_file():
