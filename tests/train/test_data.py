@@ -258,8 +258,10 @@ def test_stdlib_scan_skips_tests_and_site_packages(tmp_path):
 
 
 def test_prompts_round_trip_through_jsonl(tmp_path, train, eval_sets):
-    path = data.write_prompts(tmp_path / "x" / "p.jsonl", train[:20] + eval_sets["humaneval"][:3])
-    assert data.read_prompts(path) == train[:20] + eval_sets["humaneval"][:3]
+    odd = TrainPrompt("odd", "sharegpt", [{"role": "user", "content": "line\u2028sep\x85next\r\nend \u201cq\u201d"}])
+    prompts = train[:20] + [odd] + eval_sets["humaneval"][:3]
+    path = data.write_prompts(tmp_path / "x" / "p.jsonl", prompts)
+    assert data.read_prompts(path) == prompts
     path.write_text('{"id": "a"}\n')
     with pytest.raises(DataError, match=r"p.jsonl:1"):
         data.read_prompts(path)

