@@ -247,7 +247,7 @@ def _sharegpt_multi_turn(seed: int, held_out: frozenset[str], progress: bool) ->
     rng.shuffle(convs)
     for conv in convs:
         msgs = _alternating(conv.messages)
-        ends = [i for i in range(2, len(msgs), 2)]  # user turns with at least one assistant reply before them
+        ends = list(range(2, len(msgs), 2))  # user turns with at least one assistant reply before them
         if not ends:
             continue
         end = rng.choice(ends)
@@ -282,7 +282,7 @@ def _gsm_symbolic(seed: int, held_out: frozenset[str], progress: bool) -> Iterat
 
 def _math(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
     """The MATH_GENERATORS interleaved, so that a small quota still sees each of them."""
-    streams = [((name, _generated(name, seed, MATH_POOL))) for name in MATH_GENERATORS]
+    streams = [(name, _generated(name, seed, MATH_POOL)) for name in MATH_GENERATORS]
     while streams:
         alive = []
         for name, it in streams:
