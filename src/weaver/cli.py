@@ -7,6 +7,7 @@ Examples (CPU-sized):
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
     weaver convert adapter qwen36_27b_weaver.pth weaver-adapter/
+    weaver data build --out data/prompts --max-prompts 2000
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -17,6 +18,7 @@ import sys
 
 from weaver.errors import WeaverError
 from weaver.options import add_runtime_arguments, runtime_options
+from weaver.train.data_cli import add_data_commands
 
 EXIT_USER_ERROR = 2
 
@@ -154,15 +156,6 @@ def _add_demo(sub) -> None:
     p.set_defaults(func=demo.run)
 
 
-def _add_data(sub) -> None:
-    from weaver.train.cli import add_build_parser, add_regenerate_parser
-
-    p = sub.add_parser("data", help="training data: prompts and the target's regenerated replies")
-    dsub = p.add_subparsers(dest="data_cmd", required=True)
-    add_build_parser(dsub)
-    add_regenerate_parser(dsub)
-
-
 def _add_convert(sub) -> None:
     p = sub.add_parser("convert", help="convert checkpoints from other formats into weaver's")
     csub = p.add_subparsers(dest="convert_cmd", required=True)
@@ -194,9 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_convert(sub)
     _add_demo(sub)
-    _add_data(sub)
-    from weaver.train.cli import add_train_commands
+    data_sub = add_data_commands(sub)
+    from weaver.train.cli import add_regenerate_parser, add_train_commands
 
+    add_regenerate_parser(data_sub)
     add_train_commands(sub)
     return parser
 

@@ -25,3 +25,11 @@ class PromptError(WeaverError):
 
 class GenerationConfigError(WeaverError):
     """Sampling or generation arguments out of range (temperature < 0, top_p outside (0, 1], ...)."""
+
+
+class DataError(WeaverError):
+    """A prompt-data package that is not installed, or a data file or directory that cannot be read or written."""
+
+
+class UnknownWorkloadError(DataError, ValueError):
+    """An evaluation workload name that is not one of `weaver.train.data.EVAL_WORKLOADS` (a ValueError too)."""

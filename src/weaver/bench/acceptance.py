@@ -104,13 +104,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _prompts(workload: str, limit: int | None, eval_dir: str | None) -> list:
     """The workload's evaluation prompts, from the packages or from a directory `weaver data build` wrote."""
-    from weaver.train.data import EvalPrompt, eval_prompts
+    from weaver.train.data import eval_prompts, read_prompts
 
     if eval_dir is None:
         return eval_prompts(workload, limit)
-    path = Path(eval_dir) / f"{workload}.jsonl"
-    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
-    return [EvalPrompt(r["id"], r["workload"], r["text"]) for r in rows][:limit]
+    return read_prompts(Path(eval_dir) / f"{workload}.jsonl")[:limit]
 
 
 def _stats(out) -> dict:

@@ -1,1 +1,1 @@
-"""Training: data, regeneration and the drafter and adapter trainers."""
+"""Training side of weaver: prompt data, target regeneration, drafter and Weaver trainers."""

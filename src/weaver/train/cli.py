@@ -13,45 +13,13 @@ import argparse
 import json
 import sys
 
-__all__ = ["add_build_parser", "add_regenerate_parser", "add_train_commands"]
+__all__ = ["add_regenerate_parser", "add_train_commands"]
 
 
 def _add_target_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2", help="target: registry name or HF-format directory")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="target dtype: bf16 (default on cuda) or fp32")
-
-
-def add_build_parser(data_sub) -> None:
-    """`weaver data build`: training prompts and the held-out evaluation sets, as JSONL."""
-    p = data_sub.add_parser("build", help="write train_prompts.jsonl and the evaluation sets (eval/*.jsonl)")
-    p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-prompts", type=int, default=None, help="training prompts in all (default: every one)")
-    p.set_defaults(func=_cmd_build)
-
-
-def _cmd_build(args: argparse.Namespace) -> int:
-    from collections import Counter
-    from pathlib import Path
-
-    from weaver.train.data import EVAL_WORKLOADS, build_training_prompts, eval_prompts, write_prompts
-
-    out = Path(args.out)
-    try:
-        (out / "eval").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        return _usage(f"cannot write {out}: {exc.strerror}")
-    prompts = build_training_prompts(seed=args.seed, max_prompts=args.max_prompts)
-    manifest = {"seed": args.seed, "train": dict(Counter(p.source for p in prompts)), "eval": {}, "sha256": {}}
-    manifest["sha256"]["train_prompts.jsonl"] = write_prompts(out / "train_prompts.jsonl", prompts)
-    for w in EVAL_WORKLOADS:
-        items = eval_prompts(w)
-        manifest["eval"][w] = len(items)
-        manifest["sha256"][f"eval/{w}.jsonl"] = write_prompts(out / "eval" / f"{w}.jsonl", items)
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    print(json.dumps({"train": len(prompts), **{k: v for k, v in manifest.items() if k in ("train", "eval")}}))
-    return 0
 
 
 def add_regenerate_parser(data_sub) -> None:

@@ -1,166 +1,500 @@
-"""Prompts for training and the held-out evaluation sets (`weaver data build`).
+"""Prompt data: the four held-out evaluation sets and the training prompts the target will answer.
 
-Evaluation: MT-Bench turn 1 (80), HumanEval (164), 200 gsm_symbolic items at a held-out seed and 200 held-out
-ShareGPT first turns. Training: ShareGPT first turns and multi-turn prefixes, gsm_symbolic and other math
-generators at training seeds, CodeIO tasks and standard-library code tasks; deterministic for a seed, and no
-prompt equal to an evaluation prompt, or sharing its first 64 normalised characters, is ever kept (every turn
-of every MT-Bench question counts; the conversations the ShareGPT eval turns come from are dropped whole).
+Evaluation sets (fixed, independent of any training seed):
+    mt-bench      turn 1 of the 80 MT-Bench questions
+    humaneval     the 164 HumanEval problems, wrapped in a "complete this function" instruction
+    gsm_symbolic  200 reasoning-gym `gsm_symbolic` word problems at seed 10_001 (item i from Random(10_001 + i))
+    sharegpt      200 first human turns of 10..2000 chars, sampled with a fixed seed
+
+Training prompts mix six sources (`TRAIN_SOURCES`): ShareGPT first turns, ShareGPT multi-turn prefixes ending on
+a user turn, gsm_symbolic and other reasoning-gym math at seeds from 1_000_000 up, CodeI/O tasks and stdlib code
+tasks. No evaluation prompt is ever trained on: a training prompt is dropped when any of its user turns, once
+normalised (lowercase, punctuation dropped, whitespace collapsed), equals an evaluation text or shares its first
+64 characters with one. The evaluation texts are all 80 MT-Bench questions (both turns), the 164 HumanEval
+prompts (wrapped and bare), the 200 gsm items and the 200 ShareGPT turns; the ShareGPT dialogues those turns
+come from (every part of them) are left out of training altogether.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
-import random
+import math
 import re
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from random import Random
 
+from weaver.errors import DataError, UnknownWorkloadError
 from weaver.train import sources
 
-__all__ = ["EVAL_WORKLOADS", "EvalPrompt", "TrainPrompt", "build_training_prompts", "eval_prompts", "normalise",
-           "read_prompts", "write_prompts"]
-
 EVAL_WORKLOADS = ("mt-bench", "humaneval", "gsm_symbolic", "sharegpt")
-EVAL_GSM_SEED, EVAL_SIZE = 10_001, 200
-TRAIN_GSM_SEEDS = (1, 2, 3)
-PREFIX = 64
-MAX_CHARS = 6000
-DEFAULT_MIX = {"sharegpt": 0.55, "gsm_symbolic": 0.12, "math": 0.08, "codeio": 0.1, "stdlib": 0.15}
-MATH_GENERATORS = ("basic_arithmetic", "simple_equations", "chain_sum")
+EVAL_GSM_SEED = 10_001
+EVAL_GSM_SIZE = 200
+EVAL_SHAREGPT_SEED = 20_017
+EVAL_SHAREGPT_SIZE = 200
+EVAL_SHAREGPT_CHARS = (10, 2000)
+HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the full function in a ```python block."
+
+TRAIN_SOURCES = ("sharegpt", "sharegpt_multi", "gsm_symbolic", "math", "codeio", "stdlib_code")
+DEFAULT_MIX = {"sharegpt": 0.30, "sharegpt_multi": 0.25, "gsm_symbolic": 0.15, "math": 0.08, "codeio": 0.10,
+               "stdlib_code": 0.12}
+MATH_GENERATORS = ("basic_arithmetic", "simple_equations", "complex_arithmetic")
+GSM_POOL = 10_000  # training gsm_symbolic items per seed (generated on demand, so a small build costs little)
+MATH_POOL = 2_000  # per generator of MATH_GENERATORS
+GENERATED_CHUNK = 128  # items per reasoning-gym call: small builds generate little past their quota
+TRAIN_SEED_STRIDE = 1_000_000  # training seed s draws reasoning-gym items from Random((s + 1) * stride + i)
+MAX_PROMPT_CHARS = 6000  # whole prompt, context included
+TRAIN_FIRST_TURN_CHARS = (10, MAX_PROMPT_CHARS)
+PREFIX_CHARS = 64
+
+Message = dict[str, str]
 
 
 @dataclass(frozen=True)
 class EvalPrompt:
+    """One held-out prompt of a benchmark workload; `text` is its first user message."""
+
     id: str
     workload: str
-    text: str  # the user message
-
-    @property
-    def messages(self) -> list[dict]:
-        return [{"role": "user", "content": self.text}]
+    messages: list[Message]
+    text: str
 
 
 @dataclass(frozen=True)
 class TrainPrompt:
+    """A conversation up to and including the user turn whose reply the target will regenerate."""
+
     id: str
     source: str
-    messages: list[dict] = field(default_factory=list)  # ends with the user turn the target answers
+    messages: list[Message]
+
+
+@dataclass
+class TrainingSet:
+    """Training prompts plus what the builder removed, per source (for the manifest)."""
+
+    prompts: list[TrainPrompt]
+    seed: int
+    counts: dict[str, int] = field(default_factory=dict)
+    removed_eval_matches: dict[str, int] = field(default_factory=dict)
+    removed_duplicates: dict[str, int] = field(default_factory=dict)
+
+
+def _user(text: str) -> Message:
+    return {"role": "user", "content": text}
+
+
+# ----------------------------------------------------------------------------------------------- normalising
+
+_NOT_WORD = re.compile(r"[^\w\s]|_")
 
 
 def normalise(text: str) -> str:
-    """Lowercase, punctuation dropped, whitespace collapsed: the form the leak checks compare."""
-    return " ".join(re.sub(r"[^\w\s]", " ", text.lower()).split())
+    """Lowercase, drop everything but letters, digits and whitespace, collapse whitespace: the leak-check form."""
+    return " ".join(_NOT_WORD.sub("", text.lower()).split())
 
 
-def _sharegpt_split() -> tuple[list[tuple[str, list[dict]]], set[str]]:
-    """(training conversations, ids of the eval conversations): 200 first turns of 10..2000 chars, fixed seed."""
-    convs = sources.sharegpt_conversations()
-    eligible = [c for c in convs if 10 <= len(c[1][0]["content"]) <= 2000]
-    held = {cid for cid, _ in random.Random(12_345).sample(eligible, EVAL_SIZE)}
-    return [c for c in convs if c[0] not in held], held
+@dataclass(frozen=True)
+class LeakIndex:
+    """Normalised evaluation texts and their first PREFIX_CHARS characters."""
+
+    exact: frozenset[str]
+    prefixes: frozenset[str]
+
+    @classmethod
+    def of(cls, texts: Iterable[str]) -> LeakIndex:
+        norms = [n for n in (normalise(t) for t in texts) if n]
+        return cls(frozenset(norms), frozenset(n[:PREFIX_CHARS] for n in norms))
+
+    def matches(self, text: str) -> bool:
+        """True when `text` equals an evaluation text or starts like one, after normalising both."""
+        n = normalise(text)
+        return bool(n) and (n in self.exact or n[:PREFIX_CHARS] in self.prefixes)
+
+    def leaks(self, prompt: TrainPrompt) -> bool:
+        """True when any user turn of the prompt matches an evaluation text."""
+        return any(m["role"] == "user" and self.matches(m["content"]) for m in prompt.messages)
+
+
+# ----------------------------------------------------------------------------------------------- evaluation sets
+
+
+def _eval_mtbench() -> list[EvalPrompt]:
+    out = []
+    for q in sources.mtbench_questions():
+        text = q["turns"][0]
+        out.append(EvalPrompt(f"mtbench-{q['question_id']}", "mt-bench", [_user(text)], text))
+    return out
+
+
+def _humaneval_message(prompt: str) -> str:
+    return f"{HUMANEVAL_INSTRUCTION}\n\n```python\n{prompt}```"
+
+
+def _eval_humaneval() -> list[EvalPrompt]:
+    out = []
+    for p in sources.humaneval_problems():
+        text = _humaneval_message(p["prompt"])
+        out.append(EvalPrompt(f"humaneval-{str(p['task_id']).rsplit('/', 1)[-1]}", "humaneval", [_user(text)], text))
+    return out
+
+
+def _eval_gsm() -> list[EvalPrompt]:
+    items = sources.reasoning_gym_items("gsm_symbolic", EVAL_GSM_SIZE, EVAL_GSM_SEED)
+    return [EvalPrompt(f"gsm_symbolic-{i}", "gsm_symbolic", [_user(it["question"])], it["question"])
+            for i, it in enumerate(items)]
+
+
+def _sharegpt_eval_conversations(progress: bool = False) -> list[sources.Conversation]:
+    """The 200 held-out conversations: distinct first human turns of 10..2000 chars, sampled with a fixed seed."""
+    lo, hi = EVAL_SHAREGPT_CHARS
+    seen: set[str] = set()
+    candidates = []
+    for conv in sources.sharegpt_conversations(progress):
+        first = conv.messages[0]
+        if first["role"] != "user" or not lo <= len(first["content"]) <= hi:
+            continue
+        key = normalise(first["content"])
+        if key and key not in seen:
+            seen.add(key)
+            candidates.append(conv)
+    return Random(EVAL_SHAREGPT_SEED).sample(candidates, min(EVAL_SHAREGPT_SIZE, len(candidates)))
+
+
+def _eval_sharegpt() -> list[EvalPrompt]:
+    out = []
+    for conv in _sharegpt_eval_conversations():
+        text = conv.messages[0]["content"]
+        out.append(EvalPrompt(f"sharegpt-{conv.id}", "sharegpt", [_user(text)], text))
+    return out
+
+
+_EVAL_LOADERS: dict[str, Callable[[], list[EvalPrompt]]] = {
+    "mt-bench": _eval_mtbench, "humaneval": _eval_humaneval, "gsm_symbolic": _eval_gsm, "sharegpt": _eval_sharegpt,
+}
 
 
 def eval_prompts(workload: str, limit: int | None = None) -> list[EvalPrompt]:
-    """The held-out prompts of one workload (EVAL_WORKLOADS), in a fixed order; the first `limit`."""
-    if workload == "mt-bench":
-        out = [EvalPrompt(f"mtbench-{qid}", workload, turns[0]) for qid, turns in sources.mtbench_questions()]
-    elif workload == "humaneval":
-        out = [EvalPrompt(tid, workload, "Complete the following Python function. Reply with the full function "
-                          f"in a ```python block.\n\n```python\n{p}```") for tid, p in sources.humaneval_problems()]
-    elif workload == "gsm_symbolic":
-        qs = sources.gym_items("gsm_symbolic", EVAL_SIZE, EVAL_GSM_SEED)
-        out = [EvalPrompt(f"gsm-{i}", workload, q) for i, q in enumerate(qs)]
-    elif workload == "sharegpt":
-        convs = {cid: m for cid, m in sources.sharegpt_conversations()}
-        _, held = _sharegpt_split()
-        out = [EvalPrompt(f"sharegpt-{cid}", workload, convs[cid][0]["content"]) for cid in sorted(held)]
+    """The held-out prompts of one workload, in a fixed order (the first `limit` of them when given)."""
+    if workload not in _EVAL_LOADERS:
+        raise UnknownWorkloadError(f"unknown workload {workload!r}; known: {', '.join(EVAL_WORKLOADS)}")
+    if limit is not None and limit < 0:
+        raise DataError(f"limit must be >= 0, got {limit}")
+    prompts = _EVAL_LOADERS[workload]()
+    return prompts if limit is None else prompts[:limit]
+
+
+def eval_leak_index(eval_sets: dict[str, list[EvalPrompt]] | None = None) -> LeakIndex:
+    """Every text an evaluation could show the model: all four full sets, MT-Bench turn 2, bare HumanEval prompts."""
+    eval_sets = {w: eval_prompts(w) for w in EVAL_WORKLOADS} if eval_sets is None else eval_sets
+    texts = [p.text for w in EVAL_WORKLOADS for p in eval_sets[w]]
+    texts += [turn for q in sources.mtbench_questions() for turn in q["turns"]]
+    texts += [p["prompt"] for p in sources.humaneval_problems()]
+    return LeakIndex.of(texts)
+
+
+def sharegpt_held_out_ids(eval_set: list[EvalPrompt] | None = None) -> frozenset[str]:
+    """Base ids of the ShareGPT dialogues the sharegpt evaluation set was drawn from (all their parts held out)."""
+    eval_set = eval_prompts("sharegpt") if eval_set is None else eval_set
+    return frozenset(sources.sharegpt_base_id(p.id.removeprefix("sharegpt-")) for p in eval_set)
+
+
+# ----------------------------------------------------------------------------------------------- training sources
+
+SourceStream = Callable[[int, frozenset[str], bool], Iterator[TrainPrompt]]
+
+
+def _rng(seed: int, source: str) -> Random:
+    return Random(f"weaver-train-{seed}-{source}")  # str seeds are hashed with sha512: stable across runs
+
+
+def _alternating(messages: Iterable[Message]) -> list[Message]:
+    """Messages from the first user turn on, cut where two turns of one role follow each other."""
+    out: list[Message] = []
+    for m in messages:
+        if not out and m["role"] != "user":
+            continue
+        if out and out[-1]["role"] == m["role"]:
+            break
+        out.append(dict(m))
+    return out
+
+
+def _chars(messages: list[Message]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def _sharegpt_first_turns(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """First human turns of the dialogues not held out, in a seeded order."""
+    convs = [c for c in sources.sharegpt_conversations(progress)
+             if c.base_id not in held_out and c.messages[0]["role"] == "user"]
+    _rng(seed, "sharegpt").shuffle(convs)
+    lo, hi = TRAIN_FIRST_TURN_CHARS
+    for conv in convs:
+        text = conv.messages[0]["content"]
+        if lo <= len(text) <= hi:
+            yield TrainPrompt(f"sharegpt-{conv.id}", "sharegpt", [_user(text)])
+
+
+def _sharegpt_multi_turn(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """A random prefix of each multi-turn dialogue ending on a user turn, earliest pairs dropped to fit the cap."""
+    convs = [c for c in sources.sharegpt_conversations(progress) if c.base_id not in held_out]
+    rng = _rng(seed, "sharegpt_multi")
+    rng.shuffle(convs)
+    for conv in convs:
+        msgs = _alternating(conv.messages)
+        ends = list(range(2, len(msgs), 2))  # user turns with at least one assistant reply before them
+        if not ends:
+            continue
+        end = rng.choice(ends)
+        prefix = msgs[: end + 1]
+        while _chars(prefix) > MAX_PROMPT_CHARS and len(prefix) > 3:
+            prefix = prefix[2:]
+        if _chars(prefix) <= MAX_PROMPT_CHARS:
+            yield TrainPrompt(f"sharegpt-{conv.id}-u{end}", "sharegpt_multi", prefix)
+
+
+def _train_seed_base(seed: int) -> int:
+    """First reasoning-gym seed of a training seed, far above the evaluation range 10_001..10_200."""
+    base = (seed + 1) * TRAIN_SEED_STRIDE
+    assert base > EVAL_GSM_SEED + EVAL_GSM_SIZE, "training and evaluation reasoning-gym seeds must be disjoint"
+    return base
+
+
+def _generated(name: str, seed: int, pool: int) -> Iterator[tuple[int, dict]]:
+    """(reasoning-gym seed, item) for the pool of one generator, a chunk at a time (items drawn lazily)."""
+    base = _train_seed_base(seed)
+    for start in range(0, pool, GENERATED_CHUNK):
+        size = min(GENERATED_CHUNK, pool - start)
+        for i, item in enumerate(sources.reasoning_gym_items(name, size, base + start)):
+            yield base + start + i, item
+
+
+def _gsm_symbolic(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """GSM8K-style word problems at training seeds."""
+    for s, item in _generated("gsm_symbolic", seed, GSM_POOL):
+        yield TrainPrompt(f"gsm_symbolic-{s}", "gsm_symbolic", [_user(item["question"])])
+
+
+def _math(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """The MATH_GENERATORS interleaved, so that a small quota still sees each of them."""
+    streams = [(name, _generated(name, seed, MATH_POOL)) for name in MATH_GENERATORS]
+    while streams:
+        alive = []
+        for name, it in streams:
+            nxt = next(it, None)
+            if nxt is not None:
+                alive.append((name, it))
+                yield TrainPrompt(f"math-{name}-{nxt[0]}", "math", [_user(nxt[1]["question"])])
+        streams = alive
+
+
+def _codeio_prompt(rec: dict) -> str:
+    return (f"{rec['task_description'].strip()}\n\n{rec['input_output_spec'].strip()}\n\n"
+            "Write a Python function `main_solution` with these inputs and outputs. "
+            "Reply with the code in a ```python block.")
+
+
+def _codeio(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """CodeI/O tasks as implement-this-function prompts, in a seeded order."""
+    records = list(enumerate(sources.codeio_records()))
+    _rng(seed, "codeio").shuffle(records)
+    for i, rec in records:
+        yield TrainPrompt(f"codeio-{i}", "codeio", [_user(_codeio_prompt(rec))])
+
+
+def _stdlib_code(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """Write-this-function tasks from the CPython standard library, in a seeded order."""
+    tasks = sources.stdlib_code_tasks(progress)
+    _rng(seed, "stdlib_code").shuffle(tasks)
+    for task in tasks:
+        yield TrainPrompt(f"stdlib-{task.id}", "stdlib_code", [_user(task.prompt)])
+
+
+# One stream per training source; a test swaps one out to inject evaluation prompts and watch them being removed.
+SOURCE_STREAMS: dict[str, SourceStream] = {
+    "sharegpt": _sharegpt_first_turns, "sharegpt_multi": _sharegpt_multi_turn, "gsm_symbolic": _gsm_symbolic,
+    "math": _math, "codeio": _codeio, "stdlib_code": _stdlib_code,
+}
+
+
+# ----------------------------------------------------------------------------------------------- training builder
+
+
+def _weights(mix: dict[str, float] | None) -> dict[str, float]:
+    """Validated source weights, in TRAIN_SOURCES order, zero weights dropped."""
+    mix = DEFAULT_MIX if mix is None else mix
+    unknown = sorted(set(mix) - set(TRAIN_SOURCES))
+    if unknown:
+        raise DataError(f"unknown training source(s) {', '.join(unknown)}; known: {', '.join(TRAIN_SOURCES)}")
+    if any(not math.isfinite(w) or w < 0 for w in mix.values()):
+        raise DataError(f"mix weights must be finite and >= 0, got {mix}")
+    weights = {s: float(mix[s]) for s in TRAIN_SOURCES if mix.get(s, 0) > 0}
+    if not weights:
+        raise DataError("mix gives every training source weight 0")
+    return weights
+
+
+def _split(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """Largest-remainder split of `total` in proportion to `weights` (ties go to the earlier source)."""
+    norm = sum(weights.values())
+    exact = {s: total * w / norm for s, w in weights.items()}
+    quotas = {s: int(x) for s, x in exact.items()}
+    order = sorted(weights, key=lambda s: (-(exact[s] - quotas[s]), list(weights).index(s)))
+    for s in order[: total - sum(quotas.values())]:
+        quotas[s] += 1
+    return quotas
+
+
+def _dedup_key(prompt: TrainPrompt) -> str:
+    return normalise("\n".join(f"{m['role']}: {m['content']}" for m in prompt.messages))
+
+
+def build_training_set(seed: int = 0, max_prompts: int | None = None, mix: dict[str, float] | None = None,
+                       progress: bool = False) -> TrainingSet:
+    """Training prompts plus per-source counts; see `build_training_prompts`."""
+    if seed < 0:
+        raise DataError(f"seed must be >= 0, got {seed}")
+    if max_prompts is not None and max_prompts < 0:
+        raise DataError(f"max_prompts must be >= 0, got {max_prompts}")
+    weights = _weights(mix)
+    if progress:
+        sources.sharegpt_conversations(progress=True)  # the slowest read: parse it under a progress bar first
+    eval_sets = {w: eval_prompts(w) for w in EVAL_WORKLOADS}
+    leak = eval_leak_index(eval_sets)
+    held_out = sharegpt_held_out_ids(eval_sets["sharegpt"])
+    streams = {s: SOURCE_STREAMS[s](seed, held_out, progress) for s in weights}
+    taken: dict[str, list[TrainPrompt]] = {s: [] for s in weights}
+    leaks: Counter[str] = Counter()
+    dups: Counter[str] = Counter()
+    seen: set[str] = set()
+
+    def take(source: str, n: float) -> bool:
+        """Accept up to n more prompts of `source`; False when the source ran dry first."""
+        got = 0
+        while got < n:
+            prompt = next(streams[source], None)
+            if prompt is None:
+                return False
+            if leak.leaks(prompt):
+                leaks[source] += 1
+                continue
+            key = _dedup_key(prompt)
+            if key in seen:
+                dups[source] += 1
+                continue
+            seen.add(key)
+            taken[source].append(prompt)
+            got += 1
+        return True
+
+    if max_prompts is None:
+        for s in weights:
+            take(s, math.inf)
     else:
-        raise ValueError(f"unknown workload {workload!r}; known: {', '.join(EVAL_WORKLOADS)}")
-    return out[:limit]
-
-
-def _eval_keys() -> tuple[set[str], set[str]]:
-    """Normalised texts and 64-character prefixes of every evaluation prompt (all MT-Bench turns)."""
-    texts = [p.text for w in ("humaneval", "gsm_symbolic", "sharegpt") for p in eval_prompts(w)]
-    texts += [t for _, turns in sources.mtbench_questions() for t in turns]
-    texts += [p for _, p in sources.humaneval_problems()]  # the bare problem too, not only our wrapping
-    norm = {normalise(t) for t in texts}
-    return norm, {n[:PREFIX] for n in norm}
-
-
-def leaks(text: str, keys: tuple[set[str], set[str]]) -> bool:
-    """Whether a user text equals, or shares the first 64 normalised characters of, an evaluation prompt."""
-    n = normalise(text)
-    return n in keys[0] or n[:PREFIX] in keys[1]
+        active = dict(weights)
+        while active and (need := max_prompts - sum(map(len, taken.values()))) > 0:
+            # A source that runs dry leaves the loop; its shortfall is split among the others next time round.
+            for s, q in _split(need, active).items():
+                if not take(s, q):
+                    del active[s]
+    prompts = [p for s in weights for p in taken[s]]
+    _rng(seed, "shuffle").shuffle(prompts)
+    return TrainingSet(prompts=prompts, seed=seed, counts={s: len(taken[s]) for s in weights},
+                       removed_eval_matches=dict(leaks), removed_duplicates=dict(dups))
 
 
 def build_training_prompts(seed: int = 0, max_prompts: int | None = None,
                            mix: dict[str, float] | None = None) -> list[TrainPrompt]:
-    """Training prompts from every source in proportions `mix` (of max_prompts; all available if None),
-    shuffled with `seed`, de-duplicated, and never an evaluation prompt (module docstring)."""
-    mix = mix or DEFAULT_MIX
-    rng = random.Random(seed)
-    pools: dict[str, list[TrainPrompt]] = {}
-    convs, _ = _sharegpt_split()
-    share = []
-    for cid, turns in convs:
-        users = [i for i, t in enumerate(turns) if t["role"] == "user"]
-        end = users[0] if rng.random() < 0.6 or len(users) == 1 else rng.choice(users)  # first turn or a prefix
-        msgs = turns[: end + 1]
-        while sum(len(m["content"]) for m in msgs) > MAX_CHARS and len(msgs) > 1:
-            msgs = msgs[2:]  # drop the oldest exchange
-        if msgs[0]["role"] == "user" and len(msgs[-1]["content"]) <= MAX_CHARS:
-            share.append(TrainPrompt(f"sharegpt-{cid}-{end}", "sharegpt", msgs))
-    pools["sharegpt"] = share
-    gsm = [q for s in TRAIN_GSM_SEEDS for q in sources.gym_items("gsm_symbolic", 1000, s)]
-    pools["gsm_symbolic"] = [TrainPrompt(f"gsm-train-{i}", "gsm_symbolic", [_user(q)]) for i, q in enumerate(gsm)]
-    pools["math"] = [TrainPrompt(f"{g}-{i}", "math", [_user(q)]) for g in MATH_GENERATORS
-                     for i, q in enumerate(sources.gym_items(g, 500, 7))]
-    pools["codeio"] = [TrainPrompt(f"codeio-{i}", "codeio", [_user(q)]) for i, q in enumerate(sources.codeio_tasks())]
-    pools["stdlib"] = [TrainPrompt(f"stdlib-{i}", "stdlib", [_user(q)])
-                       for i, q in enumerate(sources.stdlib_code_tasks())]
-    keys = _eval_keys()
-    seen: set[str] = set()
-    out: list[TrainPrompt] = []
-    for name in sorted(mix):
-        pool = pools.get(name)
-        if pool is None:
-            raise ValueError(f"unknown source {name!r} in mix; known: {', '.join(sorted(pools))}")
-        pool = list(pool)
-        rng.shuffle(pool)
-        want = len(pool) if max_prompts is None else round(mix[name] * max_prompts)
-        taken = 0
-        for p in pool:
-            if taken >= want:
-                break
-            text = p.messages[-1]["content"]
-            key = normalise(text)
-            if key in seen or any(leaks(m["content"], keys) for m in p.messages if m["role"] == "user"):
-                continue
-            seen.add(key)
-            out.append(p)
-            taken += 1
-    rng.shuffle(out)
+    """Deterministic, shuffled, de-duplicated training prompts with no evaluation prompt among them.
+
+    `mix` weights the sources (default DEFAULT_MIX; a source left out gets 0). With `max_prompts` the result has
+    that many prompts split by weight (a source that runs dry hands its share to the others); without it every
+    source gives all it has (gsm_symbolic GSM_POOL items, each math generator MATH_POOL).
+    """
+    return build_training_set(seed, max_prompts, mix).prompts
+
+
+# ----------------------------------------------------------------------------------------------- files
+
+
+def write_prompts(path: str | Path, prompts: Iterable[EvalPrompt | TrainPrompt]) -> Path:
+    """Write prompts as JSONL, one object with the dataclass's fields per line."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as fh:
+            for p in prompts:
+                fh.write(json.dumps(dataclasses.asdict(p), ensure_ascii=False) + "\n")
+    except OSError as exc:
+        raise DataError(f"cannot write {path}: {exc.strerror or exc}") from None
+    return path
+
+
+_FIELDS = {frozenset(f.name for f in dataclasses.fields(c)): c for c in (EvalPrompt, TrainPrompt)}
+
+
+def read_prompts(path: str | Path) -> list[EvalPrompt | TrainPrompt]:
+    """Read a file written by `write_prompts` (each line becomes an EvalPrompt or a TrainPrompt by its fields)."""
+    path = Path(path)
+    try:
+        # split on "\n" only: json.dumps(ensure_ascii=False) leaves U+2028, U+0085, ... raw, and splitlines cuts there
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    out = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            out.append(_FIELDS[frozenset(obj)](**obj))
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise DataError(f"{path}:{n}: not a prompt record written by write_prompts") from None
     return out
 
 
-def _user(text: str) -> dict:
-    return {"role": "user", "content": text}
+def write_eval_sets(out_dir: str | Path) -> dict[str, Path]:
+    """Write `<out_dir>/<workload>.jsonl` for every evaluation workload."""
+    out_dir = Path(out_dir)
+    return {w: write_prompts(out_dir / f"{w}.jsonl", eval_prompts(w)) for w in EVAL_WORKLOADS}
 
 
-def write_prompts(path: str | Path, prompts: list[TrainPrompt] | list[EvalPrompt]) -> str:
-    """JSONL, one prompt a line (with its messages); returns the file's sha256."""
-    lines = []
-    for p in prompts:
-        rec = asdict(p)
-        rec["messages"] = p.messages
-        lines.append(json.dumps(rec))  # ASCII: no U+2028 inside a line
-    data = ("\n".join(lines) + "\n").encode()
-    Path(path).write_bytes(data)
-    return hashlib.sha256(data).hexdigest()
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def read_prompts(path: str | Path) -> list[TrainPrompt]:
-    return [TrainPrompt(r["id"], r["source"], r["messages"])
-            for r in map(json.loads, filter(None, Path(path).read_text(encoding="utf-8").split("\n")))]
+def write_data_dir(out_dir: str | Path, seed: int = 0, max_prompts: int | None = None,
+                   mix: dict[str, float] | None = None, progress: bool = False) -> dict:
+    """Write train_prompts.jsonl, eval/<workload>.jsonl and manifest.json under `out_dir`; return the manifest."""
+    out_dir = Path(out_dir)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create {out_dir}: {exc.strerror or exc}") from None
+    training = build_training_set(seed, max_prompts, mix, progress)
+    files = {"train_prompts.jsonl": write_prompts(out_dir / "train_prompts.jsonl", training.prompts)}
+    eval_counts = {}
+    for w, path in write_eval_sets(out_dir / "eval").items():
+        files[f"eval/{w}.jsonl"] = path
+        eval_counts[w] = len(read_prompts(path))
+    manifest = {
+        "seed": seed,
+        "max_prompts": max_prompts,
+        "mix": _weights(mix),
+        "train_prompts": len(training.prompts),
+        "counts": training.counts,
+        "removed_eval_matches": training.removed_eval_matches,
+        "removed_duplicates": training.removed_duplicates,
+        "eval_counts": eval_counts,
+        "sha256": {name: _sha256(path) for name, path in files.items()},
+    }
+    try:
+        (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"cannot write {out_dir / 'manifest.json'}: {exc.strerror or exc}") from None
+    return manifest
