@@ -129,3 +129,20 @@ def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     """The environment's RuntimeOptions with the command line's flags on top."""
     return RuntimeOptions.from_env(kernels=args.kernels, compile=args.compile, cuda_graphs=args.cuda_graphs,
                                    pdl=args.pdl, tuning=args.tuning)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """This process's place in a torchrun launch."""
+
+    rank: int
+    world: int
+    local_rank: int
+
+
+def distributed_env() -> DistEnv | None:
+    """The torchrun process layout (WORLD_SIZE / RANK / LOCAL_RANK), or None for a plain single process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return None
+    return DistEnv(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))

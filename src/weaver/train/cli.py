@@ -103,7 +103,7 @@ def add_train_commands(sub) -> None:
 def _load_target(args: argparse.Namespace):
     """The frozen target on this process's device (cuda:LOCAL_RANK under torchrun)."""
     import weaver
-    from weaver.train.loop import distributed_env
+    from weaver.options import distributed_env
 
     device = args.device
     env = distributed_env()

@@ -15,7 +15,6 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import random
 import shutil
 import time
@@ -25,6 +24,8 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+
+from weaver.options import DistEnv, distributed_env
 
 TRAIN_CONFIG = "train_config.json"  # beside the weights (whose own config.json the loaders read)
 
@@ -83,21 +84,6 @@ class TrainTask(Protocol):
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
     def save(self, model: nn.Module, path: Path) -> None: ...
     def config(self) -> dict: ...
-
-
-@dataclass(frozen=True)
-class DistEnv:
-    rank: int
-    world: int
-    local_rank: int
-
-
-def distributed_env() -> DistEnv | None:
-    """The torchrun process layout (WORLD_SIZE / RANK / LOCAL_RANK), or None for a plain single process."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return None
-    return DistEnv(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
