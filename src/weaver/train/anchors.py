@@ -15,7 +15,7 @@ import torch
 from weaver.models.rope import rope_cos_sin
 from weaver.speculative.drafter import DFlashDrafter
 
-__all__ = ["anchor_block_mask", "draft_at_anchors", "sample_anchors", "target_features"]
+__all__ = ["anchor_block_mask", "anchored_batch", "draft_at_anchors", "sample_anchors", "target_features"]
 
 
 def sample_anchors(lengths: torch.Tensor, prompt_lens: torch.Tensor, n: int, gen: torch.Generator) -> torch.Tensor:
@@ -25,6 +25,15 @@ def sample_anchors(lengths: torch.Tensor, prompt_lens: torch.Tensor, n: int, gen
     span = (lengths - 1 - lo).clamp(min=1)
     u = torch.rand(lengths.shape[0], n, generator=gen)
     return (lo[:, None] + (u * span[:, None]).long().clamp(max=span[:, None] - 1)).long()
+
+
+def anchored_batch(store, step: int, micro: int, rank: int, world: int, batch_size: int, grad_accum: int,
+                   anchors: int, seed: int):
+    """A trainer's batch: the store's sequences for (step, micro, rank) and their anchors [B, N], both a pure
+    function of the arguments (what resume and DDP rely on)."""
+    b = store.batch(step, micro, rank, world, batch_size, grad_accum)
+    gen = torch.Generator().manual_seed(((seed * 1_000_003 + step) * 64 + micro) * 4096 + rank)
+    return b, sample_anchors(b.lengths, b.prompt_lens, anchors, gen)
 
 
 def anchor_block_mask(anchors: torch.Tensor, context_len: int, block_size: int, causal: bool,

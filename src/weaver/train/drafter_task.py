@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
-from weaver.train.anchors import draft_at_anchors, sample_anchors, target_features
+from weaver.train.anchors import anchored_batch, draft_at_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
 
 SHARD_BYTES = 15 << 20  # each weight file under git's 16 MiB limit
@@ -112,9 +112,8 @@ class DrafterTask:
         return self.trainer
 
     def batch(self, step: int, micro: int, rank: int, world: int) -> tuple[Batch, torch.Tensor]:
-        b = self.store.batch(step, micro, rank, world, self.cfg.batch_size, self.cfg.grad_accum)
-        gen = torch.Generator().manual_seed(((self.cfg.seed * 1_000_003 + step) * 64 + micro) * 4096 + rank)
-        return b, sample_anchors(b.lengths, b.prompt_lens, self.cfg.anchors, gen)
+        c = self.cfg
+        return anchored_batch(self.store, step, micro, rank, world, c.batch_size, c.grad_accum, c.anchors, c.seed)
 
     def loss(self, model: nn.Module, batch: tuple[Batch, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         b, anchors = batch

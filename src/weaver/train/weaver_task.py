@@ -20,7 +20,7 @@ from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
 from weaver.speculative.weaver_layers import RELEASED
-from weaver.train.anchors import draft_at_anchors, sample_anchors, target_features
+from weaver.train.anchors import anchored_batch, draft_at_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
 
 __all__ = ["WeaverTask", "WeaverTaskConfig", "WeaverTrainer", "pool_loss"]
@@ -108,9 +108,8 @@ class WeaverTask:
         return self.trainer
 
     def batch(self, step: int, micro: int, rank: int, world: int) -> tuple[Batch, torch.Tensor]:
-        b = self.store.batch(step, micro, rank, world, self.cfg.batch_size, self.cfg.grad_accum)
-        gen = torch.Generator().manual_seed(((self.cfg.seed * 1_000_003 + step) * 64 + micro) * 4096 + rank)
-        return b, sample_anchors(b.lengths, b.prompt_lens, self.cfg.anchors, gen)
+        c = self.cfg
+        return anchored_batch(self.store, step, micro, rank, world, c.batch_size, c.grad_accum, c.anchors, c.seed)
 
     @torch.no_grad()
     def _inputs(self, b: Batch, anchors: torch.Tensor) -> tuple[torch.Tensor, ...]:
