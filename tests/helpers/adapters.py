@@ -6,14 +6,16 @@ import torch
 
 from weaver.models.config import ModelConfig
 from weaver.options import RuntimeOptions
-from weaver.speculative.weaver import WeaverAdapter
+from weaver.speculative.weaver import RELEASED, WeaverAdapter
 
 HT = 24  # target hidden
 TORCH = RuntimeOptions(kernels="torch")  # the torch references everywhere
 TRITON = RuntimeOptions(kernels="triton")  # the Triton kernels, under the interpreter on CPU tensors
 
 
-def make_adapter(vocab: int = 11, *, max_depth: int = 4, pool: int = 5, layers: int = 1, bias: bool = True, seed=0):
+def make_adapter(vocab: int = 11, *, max_depth: int = 4, pool: int = 5, layers: int = 1, bias: bool = True, seed=0,
+                 released: bool = False):  # fmt: skip
+    """A random adapter of the older variant, or of the released one (RoPE, SwiGLU) with `released`."""
     target = ModelConfig(vocab_size=vocab, hidden_size=HT, intermediate_size=32, num_hidden_layers=1)
     return WeaverAdapter.random(
         target,
@@ -25,6 +27,7 @@ def make_adapter(vocab: int = 11, *, max_depth: int = 4, pool: int = 5, layers: 
         seed=seed,
         norm_bias=bias,
         num_layers=layers,
+        **(RELEASED if released else {}),
     )
 
 

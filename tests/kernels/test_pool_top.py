@@ -1,15 +1,9 @@
 """The fused Weaver step tail (weaver.kernels.triton.pool_top) vs its torch reference (`weaver.ops.pool_top`).
 
-<<<<<<< HEAD
 CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
 the benchmark's adapter (d_rank 512, pool 512, c 8, SmolLM2's vocabulary). The reference is `score_pool` ->
 log_softmax -> top-k -> token gather (`pool_top`), which `step_top` runs where the kernels do not; the push
 inside the tail's second launch is compared with `weaver.ops.weaver_frontier.frontier_push`.
-=======
-CPU: the two kernels run under TRITON_INTERPRET=1 at small sizes. GPU (`--triton-full`): compiled, at
-the benchmark's adapter (d_rank 512, pool 512, c 8, SmolLM2's vocabulary). The torch path is
-`WeaverAdapter.score_pool` -> log_softmax -> top-k -> token gather, which `step_top` runs off CUDA.
->>>>>>> wt-tests
 """
 
 from __future__ import annotations
@@ -214,6 +208,28 @@ def test_fused_pool_top_dispatch_matches_the_reference(seed):
     assert torch.equal(fused[0][:, :-1].isinf(), ref[0][:, :-1].isinf())
     assert_close("frontier scores", ref[0][:, :-1].nan_to_num(neginf=0), fused[0][:, :-1].nan_to_num(neginf=0), 1e-5)
     assert_close("frontier log p", ref[2][:, :-1], fused[2][:, :-1], 1e-5, floor=1.0)
+
+
+def test_padded_candidates_score_minus_inf():
+    """A candidate id < 0 (a padded pool) scores -inf in the kernel as in the reference (`score_pool`), and the
+    best c children come from the real candidates."""
+    b, w, k, c, depth = 2, 3, 9, 4, 3
+    adapter, y, pool_ids, pool_prior, pool = _case(b, w, 8, k, depth, 20, torch.float32, True, 3)
+    pool_ids[0, :, 0] = -1
+    pool_ids[1, 1, 3:] = -1  # pool 1 of row 1 keeps 3 real candidates
+    pool = pool.clone()
+    pool[1, 0] = 1
+    ids = pool_ids[torch.arange(b, device=DEVICE)[:, None].expand(b, w), pool]
+    logp = torch.log_softmax(adapter.score_pool(y, ids, pool_prior[torch.arange(b, device=DEVICE)[:, None], pool]), -1)
+    assert torch.equal(logp.isinf(), ids < 0)
+    args = _flat_args(adapter, y, pool_ids, pool_prior, pool, c)
+    want_lp, want_tok, _ = reference.pool_top(*args)
+    got_lp, got_tok, _ = pool_top(*args)
+    real = want_lp > float("-inf")  # node (1, 0) (and any other on pool 1 of row 1) has 3 real children of c = 4
+    short = ((ids >= 0).sum(-1) < c).reshape(-1)  # [B w]
+    assert bool(short[w]) and torch.equal((~real).any(-1), short) and torch.equal(got_lp.isinf(), ~real)
+    assert_close("top log p", want_lp[real], got_lp[real], 1e-5, floor=1.0)
+    assert torch.equal(got_tok[real], want_tok[real]) and bool((got_tok[real] >= 0).all())
 
 
 def test_pool_top_push_op_traces():

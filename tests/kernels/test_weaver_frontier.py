@@ -4,7 +4,8 @@ weaver.kernels.triton.pool_top) vs its torch reference (weaver.ops.weaver_fronti
 CPU: the kernels run under TRITON_INTERPRET=1 (kernels="triton"); the trees must equal the reference loop's
 (the same adapter kernels, the torch bookkeeping) and the host reference builder's. GPU
 (`--triton-full`): the same, compiled, on CUDA, plus one case at the benchmark's shapes (d_rank 512,
-pool 512, budget 64, w 4, c 8).
+pool 512, budget 64, w 4, c 8). Both adapter variants: the older (pos_emb, GELU) and the released one (RoPE: the
+candidate table holds rotated q / k, blocks after the first rotate theirs; SwiGLU).
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ def finish_in_torch(monkeypatch):
                                                                                                       TORCH))
 
 
-def _args(batch: int, depth: int, max_depth: int, pool: int, seed: int, layers: int) -> tuple[tuple, dict, dict]:
-    """A build's arguments (and the inputs behind them); the adapter runs its kernels (so it has the
-    candidate table)."""
+def _args(batch: int, depth: int, max_depth: int, pool: int, seed: int, layers: int,
+          released: bool = False) -> tuple[tuple, dict, dict]:  # fmt: skip
+    """A build's arguments (and the inputs behind them); the adapter (the released variant with `released`) runs
+    its kernels (so it has the candidate table)."""
     inp = {k: v.to(DEVICE) for k, v in make_inputs(batch, depth, VOCAB, seed=seed).items()}
-    ad = bound(make_adapter(VOCAB, max_depth=max_depth, pool=pool, seed=seed, layers=layers).to(DEVICE), inp, TRITON)
+    ad = make_adapter(VOCAB, max_depth=max_depth, pool=pool, seed=seed, layers=layers, released=released)
+    ad = bound(ad.to(DEVICE), inp, TRITON)
     kw = {"adapter": ad, "target_hidden": inp["target_hidden"], "draft_hidden": inp["draft_hidden"]}
     return (inp["root"], inp["marginals"]), kw, inp
 
@@ -85,6 +88,21 @@ def test_frontier_kernels_build_the_same_trees(budget, w, c, batch, depth, max_d
         assert_same_tree(build_weaver_reference(*args, budget, w=w, c=c, **kw), fused, what + " (reference)")
 
 
+@pytest.mark.parametrize(("budget", "w", "c", "batch", "depth", "layers", "seed"),
+                         [(8, 2, 3, 1, 5, 2, 11), (16, 3, 2, 2, 3, 1, 12)])  # fmt: skip
+def test_frontier_kernels_build_the_same_trees_released(budget, w, c, batch, depth, layers, seed) -> None:
+    """The same for the released variant: RoPE (the candidate table's q / k rotated, a second block rotating its
+    own) and SwiGLU. The host reference computes its rows with other GEMMs than the table, so its log p may differ
+    by a few ulps of the logits (rtol)."""
+    args, kw, inp = _args(batch, depth, 4, 6, seed, layers, released=True)
+    fused, plain = _trees(args, kw, budget, w, c)
+    what = f"released B{batch} budget {budget} w {w} c {c} D {depth} layers {layers}"
+    assert_same_tree(plain, fused, what)
+    if not FULL:
+        bound(kw["adapter"], inp, TORCH)
+        assert_same_tree(build_weaver_reference(*args, budget, w=w, c=c, **kw), fused, what + " (reference)", 1e-6)
+
+
 @pytest.mark.skipif(not FULL, reason="benchmark shapes: compiled kernels (GPU run)")
 def test_frontier_kernels_at_benchmark_shapes() -> None:
     from weaver.models.config import ModelConfig
@@ -104,13 +122,14 @@ def test_frontier_kernels_at_benchmark_shapes() -> None:
     assert_same_tree(plain, fused, "benchmark shapes")
 
 
-@pytest.mark.parametrize(("budget", "w", "c", "seed"), [(8, 1, 3, 0), (32, 3, 4, 1), (64, 8, 8, 2)])
-def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget, w, c, seed) -> None:
+@pytest.mark.parametrize(("budget", "w", "c", "seed", "released"),
+                         [(8, 1, 3, 0, False), (32, 3, 4, 1, True), (64, 8, 8, 2, False)])  # fmt: skip
+def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget, w, c, seed, released) -> None:
     """The Triton loop pushes the children inside the scoring tail's second launch (`fused_pool_top_push`): the
     reference loop's tree (which pushes with `weaver.ops.weaver_frontier.frontier_push`), with two blocks."""
     import weaver.speculative.weaver as weaver_module
 
-    args, kw, _ = _args(2, 5, 4, 6, seed, 2)
+    args, kw, _ = _args(2, 5, 4, 6, seed, 2, released)
     pushed = []
     fused_push = weaver_module.fused_pool_top_push
     monkeypatch.setattr(weaver_module, "fused_pool_top_push", lambda *a: pushed.append(1) or fused_push(*a))

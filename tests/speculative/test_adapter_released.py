@@ -204,7 +204,8 @@ def test_tree_step_matches_the_released_math(layout: str, layers: int, options) 
     ckpt = make_checkpoint(layout, layers=layers, seed=5)
     depth = 3
     rnd = make_round(2, depth, seed=4)
-    ad = _bound(ckpt, rnd, options)
+    dev = DEVICE if options is TRITON else "cpu"  # the kernels: interpreted on CPU, compiled with --triton-full
+    ad = _bound(ckpt, {k: v.to(dev) for k, v in rnd.items()}, options).to(dev)
     prior, ids = _pools(rnd)
     # row 0: a bushy tree; row 1 reaches depth D (its deepest node scores the clamped pool D - 1)
     parents = [[-1, 0, 0, 1, 1, 2, 3], [-1, 0, 1, 2, 0]]
@@ -223,7 +224,8 @@ def test_tree_step_matches_the_released_math(layout: str, layers: int, options) 
         tokens.append(toks)
         cands.append(cs)
     w, n = 3, 7
-    state = ad.begin_round(rnd["target_hidden"], rnd["draft_hidden"], ids, prior, capacity=n + w, root=rnd["root"])
+    state = ad.begin_round(*(t.to(dev) for t in (rnd["target_hidden"], rnd["draft_hidden"], ids, prior)),
+                           capacity=n + w, root=rnd["root"].to(dev))  # fmt: skip
     assert (state.cand_x is not None) == (options is TRITON)
     schedule = [([0], [0]), ([1, 2], [1, 4]), ([3, 4, 5], [2]), ([6], [3])]
     got = {}
@@ -233,7 +235,7 @@ def test_tree_step_matches_the_released_math(layout: str, layers: int, options) 
         for b, sel in enumerate(batch):
             for lane, i in enumerate(sel):
                 f[:, b, lane] = torch.tensor([i, tokens[b][i], parents[b][i], depth_of[b][i], cands[b][i]])
-        logp = ad.step(state, *f)
+        logp = ad.step(state, *f.to(dev))
         for b, sel in enumerate(batch):
             for lane, i in enumerate(sel):
                 got[b, i] = logp[b, lane]
@@ -252,7 +254,7 @@ def test_device_builder_gives_the_reference_trees() -> None:
         args = (rnd["root"], rnd["marginals"], budget)
         kw = {"target_hidden": rnd["target_hidden"], "draft_hidden": rnd["draft_hidden"], "w": w, "c": c}
         fused = build_weaver(*args, adapter=_bound(ckpt, rnd, TRITON).to(DEVICE), options=TRITON, **kw)
-        plain = build_weaver_reference(*args, adapter=_bound(ckpt, rnd, TORCH), **kw)
+        plain = build_weaver_reference(*args, adapter=_bound(ckpt, rnd, TORCH).to(DEVICE), **kw)
         assert fused.size > 1
         assert_same_tree(plain, fused, f"released L{layers} budget {budget} w {w} c {c}")
 

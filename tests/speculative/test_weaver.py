@@ -246,6 +246,35 @@ def test_config_validation() -> None:
         WeaverConfig(target_hidden=8, d_rank=0)
     with pytest.raises(ValueError, match="not a multiple"):
         WeaverConfig(target_hidden=8, d_rank=10, num_heads=3)
+    with pytest.raises(ValueError, match=r"positions must be one of \['learned', 'rope'\], got 'alibi'"):
+        WeaverConfig(target_hidden=8, positions="alibi")
+    with pytest.raises(ValueError, match=r"mlp must be one of \['gelu', 'swiglu'\]"):
+        WeaverConfig(target_hidden=8, mlp="relu")
+    with pytest.raises(ValueError, match="even head_dim"):
+        WeaverConfig(target_hidden=8, d_rank=6, num_heads=2, positions="rope")
+    with pytest.raises(ValueError, match="rope_base"):
+        WeaverConfig(target_hidden=8, rope_base=0)
+    assert WeaverConfig(target_hidden=8, d_rank=6, num_heads=2, mlp="swiglu").head_dim == 3  # learned: any head_dim
+
+
+def test_released_variant_saves_and_loads(tmp_path) -> None:
+    """Our directory format keeps positions / mlp / rope_base; a config.json without them is the older variant."""
+    inp = make_inputs(1, 3, 11)
+    ad = bound(make_adapter(11, released=True), inp)
+    assert not hasattr(ad, "pos_emb") and hasattr(ad.blocks[0], "gate_up_proj")
+    ad.save_pretrained(tmp_path / "w")
+    cfg = json.loads((tmp_path / "w" / "config.json").read_text())
+    assert (cfg["positions"], cfg["mlp"], cfg["rope_base"]) == ("rope", "swiglu", 10000.0)
+    back = bound(WeaverAdapter.from_pretrained(tmp_path / "w"), inp)
+    prior, ids = torch.topk(inp["marginals"], 5, dim=-1)
+    args = (inp["target_hidden"], inp["draft_hidden"], torch.tensor([[2, 4, 6]]), ids, prior)
+    assert back.config == ad.config and torch.equal(ad(*args), back(*args))
+    make_adapter(11).save_pretrained(tmp_path / "old")
+    old = json.loads((tmp_path / "old" / "config.json").read_text())
+    for key in ("positions", "mlp", "rope_base"):
+        del old[key]
+    (tmp_path / "old" / "config.json").write_text(json.dumps(old))
+    assert WeaverAdapter.from_pretrained(tmp_path / "old").config.positions == "learned"
 
 
 # ---------------------------------------------------------------- builder
@@ -401,15 +430,17 @@ def test_small_universe_is_padded_and_edge_cases(build) -> None:
         build(inp["root"], inp["marginals"], 4, c=0, **kw)
 
 
-def test_candidate_table_step_equals_computed_rows(monkeypatch) -> None:
+@pytest.mark.parametrize("released", [False, True], ids=["learned", "released"])
+def test_candidate_table_step_equals_computed_rows(monkeypatch, released: bool) -> None:
     """A step that gathers its nodes' rows from the candidate table (`cand`) scores, writes K/V and returns
-    children exactly like one that computes them; the table exists where the adapter's kernels run (here
-    kernels="triton") and within CANDIDATE_TABLE_MAX_BYTES, else `cand` is ignored."""
+    children exactly like one that computes them (RoPE: the table's q / k rotated at the candidate's position);
+    the table exists where the adapter's kernels run (here kernels="triton") and within
+    CANDIDATE_TABLE_MAX_BYTES, else `cand` is ignored."""
     import weaver.speculative.weaver as weaver_module
 
     vocab, depth, k = 13, 3, 4
     inp = make_inputs(2, depth, vocab, seed=6)
-    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2), inp, TRITON)
+    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2, released=released), inp, TRITON)
     prior, ids = torch.topk(inp["marginals"], k, dim=-1)
     args = (inp["target_hidden"], inp["draft_hidden"], ids, prior)
     table = ad.begin_round(*args, capacity=8, root=inp["root"])

@@ -24,9 +24,10 @@ __all__ = ["adapter_finish_op", "fused_finish"]
 def adapter_finish_op(
     x: torch.Tensor, attn: torch.Tensor, o_weight: torch.Tensor, norm_weight: torch.Tensor,
     norm_bias: torch.Tensor | None, eps: float, up_weight: torch.Tensor, up_bias: torch.Tensor,
-    down_weight: torch.Tensor, down_bias: torch.Tensor, swiglu: bool,
+    down_weight: torch.Tensor, down_bias: torch.Tensor, swiglu: bool = False,
 ) -> torch.Tensor:
-    """`weaver.kernels.triton.adapter_finish.adapter_finish` as a custom op."""
+    """`weaver.kernels.triton.adapter_finish.adapter_finish` as a custom op (swiglu: the MLP's form, GELU by default
+    as before the released variant)."""
     from weaver.kernels.triton.adapter_finish import adapter_finish as kernel
 
     return kernel(x, attn, o_weight, norm_weight, norm_bias, eps, up_weight, up_bias, down_weight, down_bias, swiglu)
@@ -34,7 +35,7 @@ def adapter_finish_op(
 
 @adapter_finish_op.register_fake
 def _adapter_finish_fake(x, attn, o_weight, norm_weight, norm_bias, eps, up_weight, up_bias, down_weight, down_bias,
-                         swiglu):  # fmt: skip
+                         swiglu=False):  # fmt: skip
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
