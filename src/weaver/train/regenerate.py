@@ -105,9 +105,9 @@ def regenerate(model_dir: str | Path, prompts_path: str | Path, out_dir: str | P
     conversations = read_prompt_messages(prompts_path)[: cfg.limit]
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype).to(device).eval()
-    eos = sorted({int(t) for t in ([model.generation_config.eos_token_id] if isinstance(
-        model.generation_config.eos_token_id, int) else model.generation_config.eos_token_id or [])}
-        | {tokenizer.eos_token_id})
+    gen_eos = model.generation_config.eos_token_id
+    gen_eos = [gen_eos] if isinstance(gen_eos, int) else list(gen_eos or [])
+    eos = sorted({int(t) for t in gen_eos} | {tokenizer.eos_token_id})  # every id that ends a reply
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     shards = [conversations[i : i + cfg.shard_size] for i in range(0, len(conversations), cfg.shard_size)]
     summary = {"prompts": len(conversations), "shards": len(shards), "skipped_long": 0, "written": 0,
@@ -140,7 +140,6 @@ def regenerate(model_dir: str | Path, prompts_path: str | Path, out_dir: str | P
                     summary["reply_tokens"] += len(r)
                 bar.update(len(batch))
                 bar.set_postfix(tok_s=f"{summary['reply_tokens'] / (time.perf_counter() - start):.0f}")
-            bar.update(0)
         bar.update(len(chunk) - len(keep))
         write_shard(path, sequences, prompt_lens)
         summary["written"] += 1
