@@ -5,7 +5,8 @@
 #   call 2 (carry .gguf/smollm2.gguf.part.ab .whl .carry):  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh drafter
 #   call 3:  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh weaver
 #   call 4:  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh bench
-# Budgets (seconds) are variables so a call ends inside its 10 minutes: REGEN_S, DRAFTER_S, WEAVER_S, BENCH_LIMIT.
+# A call that finds the machine cold has lost /tmp/work: carry regen.tar and the runs back (untar into
+# /tmp/work) before the next stage. Budgets (seconds) are variables so a call ends inside its 10 minutes: REGEN_S, DRAFTER_S, WEAVER_S, BENCH_LIMIT.
 OUT=${OUT:-/tmp/train_out}
 source scripts/gpu/common.sh
 W=/tmp/work
@@ -30,6 +31,7 @@ drafter)
     --layers ${DRAFTER_LAYERS:-3} --anchors ${DRAFTER_ANCHORS:-64} --batch-size ${DRAFTER_BATCH:-16} \
     --log-every 50 2>&1 | tr '\r' '\n' | awk 'NR % 25 == 0 || /step|error|Error|{/' | tee $OUT/drafter_log.txt
   cp $W/regen/regenerate.json $OUT/
+  tar -C $W -cf $OUT/regen.tar regen  # small (~1.4 MB per 3,000 replies): keep it, a cold machine loses /tmp
   pack drafter
   ;;
 weaver)
