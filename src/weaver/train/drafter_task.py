@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.llm import resolve_dtype
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.train.anchors import anchored_batch, draft_at_anchors, target_features
@@ -126,7 +127,7 @@ class DrafterTask:
 
     def save(self, model: nn.Module, path: Path) -> None:
         drafter = getattr(model, "module", model).drafter
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[self.cfg.save_dtype]
+        dtype = resolve_dtype(self.cfg.save_dtype, torch.device("cpu"))
         copy = DFlashDrafter(drafter.config)
         copy.load_state_dict(drafter.state_dict())
         copy.to(dtype).save_pretrained(path, max_shard_bytes=SHARD_BYTES)

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from weaver.llm import resolve_dtype
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
@@ -145,7 +146,7 @@ class WeaverTask:
 
     def save(self, model: nn.Module, path: Path) -> None:
         adapter = getattr(model, "module", model).adapter
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp16": torch.float16}[self.cfg.save_dtype]
+        dtype = resolve_dtype(self.cfg.save_dtype, torch.device("cpu"))
         copy = WeaverAdapter(adapter.config)
         copy.load_state_dict(adapter.state_dict(), strict=False)
         copy.to(dtype).save_pretrained(path)
