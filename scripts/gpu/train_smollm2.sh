@@ -1,50 +1,75 @@
 #!/usr/bin/env bash
-# H200, issue 17: train the SmolLM2-135M drafter and Weaver adapter, in back-to-back calls on one warm machine
-# (everything between the calls lives in /tmp/work; what must be kept comes back through $OUT).
-#   call 1 (carry .gguf/smollm2.gguf.part.aa):  mkdir -p ~/cache && cp .gguf/smollm2.gguf.part.aa ~/cache/
-#   call 2 (carry .gguf/smollm2.gguf.part.ab .whl .carry):  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh drafter
-#   call 3:  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh weaver
-#   call 4:  source scripts/gpu/setup.sh && bash scripts/gpu/train_smollm2.sh bench
-# A call that finds the machine cold has lost /tmp/work: carry regen.tar and the runs back (untar into
-# /tmp/work) before the next stage. Budgets (seconds) are variables so a call ends inside its 10 minutes: REGEN_S, DRAFTER_S, WEAVER_S, BENCH_LIMIT.
+# H200, issue 17: regenerate, train the SmolLM2-135M drafter and Weaver adapter, measure acceptance; back-to-back
+# calls on one warm machine (what lives between calls is in ~/cache and /tmp/work; what must be kept comes back
+# through $OUT, at most 8 files of < 16 MiB and 64 MiB together).
+#   call 1 (carry .gguf/smollm2.gguf.part.aa):                 bash scripts/gpu/train_smollm2.sh calibrate
+#   call 2 (carry .gguf/smollm2.gguf.part.ab .whl .carry):     bash scripts/gpu/train_smollm2.sh drafter
+#   call 3 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh weaver
+#   call 4 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh bench
+# calibrate: part 1 of the GGUF to ~/cache, and scripts/gpu/train_calibrate.py (regeneration tok/s, drafter
+#   steps/s per batch x anchors at random weights), kept in ~/cache/calibrate.txt;
+# drafter: `weaver data regenerate` (batched, CUDA-graphed decode) then `weaver train drafter` with the batch and
+#   anchors of the calibration's best predictions/s and as many cosine steps as fit DRAFTER_S seconds;
+# weaver: `weaver train weaver` on the same data, then a quick fp32 acceptance check;
+# bench: `weaver bench acceptance` in fp32 (tau, per-depth acceptance, greedy equality with ar) and in bf16
+#   (tok/s of every method and budget next to ar), the same prompts.
+# Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
-source scripts/gpu/common.sh
+stage=${1:?calibrate, drafter, weaver or bench}
 W=/tmp/work
-mkdir -p $W
-stage=${1:?drafter, weaver or bench}
+mkdir -p $W ~/cache "$OUT"
+if [ "$stage" = calibrate ]; then
+  cp .gguf/smollm2.gguf.part.aa ~/cache/
+  export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+  timeout ${CALIB_S:-240} python3 scripts/gpu/train_calibrate.py --quick 2>&1 | grep -v "train drafter" \
+    | tee "$OUT/calibrate.txt" ~/cache/calibrate.txt
+  exit 0
+fi
+source scripts/gpu/setup.sh
+source scripts/gpu/common.sh
 weaver() { python3 -m weaver.cli "$@"; }
-# pack RUN: the run's weight files come back one by one (each < 16 MiB), the rest in one small tar
-pack() {
-  cp $W/$1/final/*.safetensors $OUT/ 2>/dev/null
-  (cd $W/$1 && tar --exclude='*.safetensors' --exclude='state.pt' -cf $OUT/${1}_run.tar final history.jsonl plot.png \
-    train_config.json 2>/dev/null; true)
-}
+log() { tr '\r' '\n' | grep -v "^$" | awk -v every="$1" 'NR % every == 0 || /step|error|Error|{|Traceback/'; }
 case $stage in
 drafter)
   weaver models pull smollm2 2>&1 | tail -1
-  timeout 400 python3 -m weaver.cli data regenerate --prompts .carry/train_prompts.jsonl.gz --out $W/regen \
-    --batch-size ${REGEN_BATCH:-512} --max-new-tokens ${REGEN_NEW:-384} --shard-size ${REGEN_SHARD:-8000} \
-    --max-seconds ${REGEN_S:-150} 2>&1 | tr '\r' '\n' | grep -v "^$" | awk 'NR % 20 == 0 || /prompts/' \
-    | tee $OUT/regen_log.txt
+  timeout ${REGEN_TIMEOUT:-240} python3 -m weaver.cli data regenerate --prompts .carry/train_prompts.jsonl.gz \
+    --out $W/regen --batch-size ${REGEN_BATCH:-512} --max-new-tokens ${REGEN_NEW:-320} \
+    --shard-size ${REGEN_SHARD:-4096} --sampled-fraction ${REGEN_SAMPLED:-0.25} --max-seconds ${REGEN_S:-150} \
+    2>&1 | log 50 | tee $OUT/regen_log.txt
+  # the calibration's best predictions/s (lines "drafter B b N n L l: s steps/s, p pred/s, ...")
+  read -r B N S < <(grep -E "^drafter B .* pred/s" ~/cache/calibrate.txt | grep -v "out of memory" \
+    | sed -E 's/drafter B ([0-9]+) N ([0-9]+) L [0-9]+: ([0-9.]+) steps\/s, ([0-9,]+) pred.*/\4 \1 \2 \3/' \
+    | tr -d ',' | sort -n | tail -1 | cut -d' ' -f2-)
+  B=${DRAFTER_BATCH:-${B:-32}}; N=${DRAFTER_ANCHORS:-${N:-128}}
+  STEPS=${DRAFTER_STEPS:-$(python3 -c "print(int(${S:-3} * ${DRAFTER_S:-330} * 0.92))")}
+  echo "drafter: batch $B anchors $N steps $STEPS (calibrated ${S:-?} steps/s)" | tee $OUT/drafter_log.txt
   timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
-    --steps ${DRAFTER_STEPS:-4000} --max-seconds ${DRAFTER_S:-300} --lr ${DRAFTER_LR:-6e-4} --warmup-steps 100 \
-    --layers ${DRAFTER_LAYERS:-3} --anchors ${DRAFTER_ANCHORS:-64} --batch-size ${DRAFTER_BATCH:-16} \
-    --log-every 50 2>&1 | tr '\r' '\n' | awk 'NR % 25 == 0 || /step|error|Error|{/' | tee $OUT/drafter_log.txt
-  cp $W/regen/regenerate.json $OUT/
-  tar -C $W -cf $OUT/regen.tar regen  # small (~1.4 MB per 3,000 replies): keep it, a cold machine loses /tmp
-  pack drafter
+    --steps $STEPS --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} --warmup-steps 60 \
+    --layers ${DRAFTER_LAYERS:-4} --anchors $N --batch-size $B --log-every 25 2>&1 | log 20 \
+    | tee -a $OUT/drafter_log.txt
+  cp $W/regen/regenerate.json $W/drafter/history.jsonl $W/drafter/plot.png $OUT/ 2>/dev/null
+  # the drafter's weights (shards < 15 MiB) and a slice of the data, should the machine go cold before call 3
+  tar -C $W -cf - drafter/final regen/shard_00000.npz | split -b 15M - $OUT/drafter_bundle.tar.
+  ls -la $OUT
   ;;
 weaver)
-  timeout ${WEAVER_TIMEOUT:-400} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
-    --out $W/weaver --steps ${WEAVER_STEPS:-4000} --max-seconds ${WEAVER_S:-270} --lr ${WEAVER_LR:-1e-3} \
-    --warmup-steps 100 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} --variant ${WEAVER_VARIANT:-released} \
-    --log-every 50 2>&1 | tr '\r' '\n' | awk 'NR % 25 == 0 || /step|error|Error|{/' | tee $OUT/weaver_log.txt
-  pack weaver
-  timeout ${QUICK_S:-150} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final --adapter $W/weaver/final \
-    --limit ${QUICK_LIMIT:-3} --budgets 64 --sampled-budget 0 --out $OUT/quick 2>&1 | grep -v "acceptance:" | tail -30
+  timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
+    --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
+    --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
+    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+  cp $W/weaver/history.jsonl $OUT/weaver_history.jsonl; cp $W/weaver/plot.png $OUT/weaver_plot.png
+  tar -C $W -cf $OUT/weaver_final.tar weaver/final
+  timeout ${QUICK_S:-200} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final \
+    --adapter $W/weaver/final --dtype fp32 --limit ${QUICK_LIMIT:-4} --budgets 16 64 --sampled-budget 0 \
+    --out $OUT/quick 2>&1 | grep -v "acceptance:" | tail -25
   ;;
 bench)
-  timeout ${BENCH_S:-420} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final --adapter $W/weaver/final \
-    --limit ${BENCH_LIMIT:-20} --out $OUT/acceptance 2>&1 | grep -v "acceptance:" | tail -40
+  for dtype in fp32 bf16; do
+    sampled=$([ $dtype = fp32 ] && echo 64 || echo 0)
+    timeout ${BENCH_S:-250} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final \
+      --adapter $W/weaver/final --dtype $dtype --limit ${BENCH_LIMIT:-10} --sampled-budget $sampled \
+      --out $OUT/acceptance_$dtype 2>&1 | grep -v "acceptance:" | tee $OUT/acceptance_$dtype.log | tail -22
+  done
   ;;
 esac
