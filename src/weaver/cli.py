@@ -133,6 +133,11 @@ def _add_bench(sub) -> None:
     r = bsub.add_parser("rounds", help="tau, tok/s and stage times per method and budget")
     rounds.add_arguments(r)
     r.set_defaults(func=rounds.run)
+    from weaver.bench import load
+
+    ld = bsub.add_parser("load", help="peak memory of loading a random checkpoint in the released Qwen3.6 layout")
+    load.add_arguments(ld)
+    ld.set_defaults(func=load.run)
     from weaver.bench import acceptance
 
     acc = bsub.add_parser("acceptance", help="tau per workload, method and budget; greedy equality with ar")
