@@ -153,8 +153,7 @@ def measure_load(path: str | Path, device: str, dtype: torch.dtype, warmup: str 
 
     dev = torch.device(device)
     if warmup is not None:
-        del_model = load_model(warmup, dev, dtype, progress=False)
-        del del_model
+        load_model(warmup, dev, dtype, progress=False)  # dropped at once
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
