@@ -162,6 +162,12 @@ def _add_bench(sub) -> None:
     r = bsub.add_parser("rounds", help="tau, tok/s and stage times per method and budget")
     rounds.add_arguments(r)
     r.set_defaults(func=rounds.run)
+    from weaver.bench import scale
+
+    sc = bsub.add_parser("scale", help="round cost at a real shape (default Qwen3.6-27B, random weights) vs the "
+                         "bandwidth floor; verify sweep, prefill, projected speedup")
+    scale.add_arguments(sc)
+    sc.set_defaults(func=scale.run)
     from weaver.bench import load
 
     ld = bsub.add_parser("load", help="peak memory of loading a random checkpoint in the released Qwen3.6 layout")

@@ -146,3 +146,16 @@ def test_bad_checkpoints_are_one_line_errors(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(weaver.CheckpointError, match="unexpected parameter 'model.language_model.layers.2"):
         load_model(tmp_path)
+
+
+def test_random_init_of_large_models_draws_in_place(monkeypatch):
+    """Past the size where init draws on the device (real-shape timing runs), no float32 tensor is made either."""
+    import weaver.models.loading as loading
+
+    monkeypatch.setattr(loading, "_DRAW_ON_DEVICE_PARAMS", 0)
+    cfg = ModelConfig.from_hf(preset_config("tiny-qwen3_5"))
+    with _Allocations() as allocations:
+        model = init_random_weights(build_model(cfg, dtype=torch.bfloat16), seed=1)
+    assert not [(op, n) for op, dtype, n in allocations.seen if dtype == torch.float32 and n > 64]
+    assert all(torch.isfinite(p.float()).all() for p in model.parameters())
+    assert 0.015 < model.lm_head.weight.float().std() < 0.025
