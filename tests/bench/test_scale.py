@@ -35,6 +35,7 @@ def test_scale_report_on_cpu(tmp_path):
     assert chain["speedup_paper"] == pytest.approx(4.8 * ar_ms / chain["round_ms"])
     assert weaver["tau_paper"] is None and weaver["tau_measured"] == 3.0  # greedy runs win over T=1 ones
     assert "## Verify alone" in (out / "report.md").read_text()
+    assert main([*argv[:-4], "--tau-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
 
 
 def test_published_drafter_shape_at_27b():

@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    taus = measured_tau(args.tau_from)  # a bad file fails before the model is built
     llm = build(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
               "context": args.context, "bytes": weight_bytes(llm), "rows": [], "verify": [], "prefill": []}  # fmt: skip
 
     def save() -> None:
-        report["projection"] = projection(report, args.tau_from)
+        report["projection"] = projection(report, taus)
         (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (out / "report.md").write_text(markdown(report))
 
@@ -285,11 +286,10 @@ def _tau_for(taus: dict[tuple[str, int], float], method: str, budget: int) -> fl
     return taus.get((method, budget))
 
 
-def projection(report: dict, tau_from: str | None) -> list[dict]:
-    """Per speculative row: projected speedup = tau x t_AR / t_round for the paper's tau and the report's."""
+def projection(report: dict, measured: dict[tuple[str, int], float]) -> list[dict]:
+    """Per speculative row: projected speedup = tau x t_AR / t_round for the paper's tau and the measured one."""
     ar_ms = rounds.ar_step_ms(report["rows"])
     paper = {(m, PAPER_TAU_BUDGET): tau for m, tau in PAPER_TAU.items()}
-    measured = measured_tau(tau_from)
     out = []
     for r in report["rows"]:
         if r["method"] == "ar" or not ar_ms:
