@@ -5,6 +5,7 @@ Examples (CPU-sized):
     weaver models list
     weaver generate "Why is the sky blue?" --max-new-tokens 64
     weaver generate "Once upon a time" --no-chat --temperature 0.8 --seed 1
+    weaver generate "What is 17 * 23?" --model /path/to/Qwen3.6-27B --no-thinking
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
     weaver convert adapter qwen36_27b_weaver.pth weaver-adapter/
     weaver data build --out data/prompts --max-prompts 2000
@@ -41,12 +42,19 @@ def _add_generate(sub) -> None:
                                                         "chain_speculative"],
                    help="verification rule (auto: greedy at temperature 0, else target_only)")
     p.add_argument("--max-new-tokens", type=int, default=128, help="stop after this many new tokens")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1]")
-    p.add_argument("--top-k", type=int, default=0, help="keep the k most likely tokens (0 = off)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="0 = greedy (default: the model's generation_config.json, else greedy)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="nucleus sampling mass in (0, 1] (default: generation_config.json, else 1)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="keep the k most likely tokens, 0 = off (default: generation_config.json, else 0)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampler")
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
     p.add_argument("--no-chat", action="store_true", help="do not apply the chat template")
+    p.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                   help='the chat template\'s switches as a JSON object, e.g. \'{"enable_thinking": false}\'')
+    p.add_argument("--no-thinking", action="store_true",
+                   help="shorthand for --chat-template-kwargs '{\"enable_thinking\": false}' (Qwen3.5/3.6 templates)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--dtype", default=None, help="fp32, bf16 or fp16 (default: bf16 on cuda, fp32 on cpu)")
     add_runtime_arguments(p)
@@ -56,6 +64,7 @@ def _add_generate(sub) -> None:
 def _cmd_generate(args: argparse.Namespace) -> int:
     import weaver
 
+    template_kwargs = chat_template_kwargs(args.chat_template_kwargs, args.no_thinking)  # bad JSON: before loading
     kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter,
               options=runtime_options(args))
     if args.random_weights:
@@ -80,6 +89,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         stop=args.stop,
         verify=args.verify,
         on_text=show,
+        chat_template_kwargs=template_kwargs,
     )
     s = out.stats
     sys.stdout.write("\n")
@@ -89,6 +99,25 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def chat_template_kwargs(text: str | None, no_thinking: bool = False) -> dict | None:
+    """--chat-template-kwargs JSON (and --no-thinking) -> the dict `LLM.generate` takes, or None."""
+    import json
+
+    from weaver.errors import GenerationConfigError
+
+    kwargs = None
+    if text is not None:
+        try:
+            kwargs = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise GenerationConfigError(f"--chat-template-kwargs is not valid JSON: {exc}") from None
+        if not isinstance(kwargs, dict):
+            raise GenerationConfigError(f"--chat-template-kwargs must be a JSON object, got {text!r}")
+    if no_thinking:
+        kwargs = {**(kwargs or {}), "enable_thinking": False}
+    return kwargs
 
 
 def _add_models(sub) -> None:
@@ -133,6 +162,17 @@ def _add_bench(sub) -> None:
     r = bsub.add_parser("rounds", help="tau, tok/s and stage times per method and budget")
     rounds.add_arguments(r)
     r.set_defaults(func=rounds.run)
+    from weaver.bench import scale
+
+    sc = bsub.add_parser("scale", help="round cost at a real shape (default Qwen3.6-27B, random weights) vs the "
+                         "bandwidth floor; verify sweep, prefill, projected speedup")
+    scale.add_arguments(sc)
+    sc.set_defaults(func=scale.run)
+    from weaver.bench import load
+
+    ld = bsub.add_parser("load", help="peak memory of loading a random checkpoint in the released Qwen3.6 layout")
+    load.add_arguments(ld)
+    ld.set_defaults(func=load.run)
     from weaver.bench import acceptance
 
     acc = bsub.add_parser("acceptance", help="tau per workload, method and budget; greedy equality with ar")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from weaver.errors import GenerationConfigError, PromptError
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
 from weaver.models.fuse import fuse_projections
+from weaver.models.generation_config import read_generation_config, sampling_defaults
 from weaver.models.loading import build_model, init_random_weights, load_weights
 from weaver.models.presets import PRESETS, preset_config
 from weaver.models.registry import resolve_model_dir, shipped_draft_models
@@ -95,6 +96,8 @@ class LLM:
         target = load_weights(build_model(cfg, dev, resolve_dtype(dtype, dev), options), model_dir)
         tokenizer = HFTokenizer(model_dir, config_eos=cfg.eos_token_id)
         self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed, options)
+        # temperature / top_p / top_k a generate call leaves unset (None) take these (greedy when empty)
+        self.generation_defaults = sampling_defaults(read_generation_config(model_dir))
 
     @classmethod
     def from_config(
@@ -132,6 +135,7 @@ class LLM:
 
     def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed, options) -> None:
         self.model = fuse_projections(target)
+        self.generation_defaults: dict[str, float | int] = {}
         self.tokenizer = tokenizer
         self.name = name
         self.config = target.config
@@ -162,14 +166,20 @@ class LLM:
         return list(self.config.eos_token_id)
 
     # -- prompts ----------------------------------------------------------------------------------
-    def encode_prompt(self, prompt: str | Sequence[int], chat: bool = True) -> list[int]:
-        """Token ids of the prompt (chat template applied to text when chat=True and one exists)."""
+    def encode_prompt(
+        self, prompt: str | Sequence[int], chat: bool = True, chat_template_kwargs: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Token ids of the prompt (chat template applied to text when chat=True and one exists; its switches,
+        e.g. {"enable_thinking": False}, in `chat_template_kwargs`)."""
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("the prompt is empty")
             if self.tokenizer is None:
                 raise PromptError("this model has no tokenizer: pass token ids instead of text")
-            ids = self.tokenizer.chat_ids(prompt) if chat else self.tokenizer.encode(prompt)
+            if chat:
+                ids = self.tokenizer.chat_ids(prompt, chat_template_kwargs)
+            else:
+                ids = self.tokenizer.encode(prompt)
         else:
             ids = [int(t) for t in prompt]
             if not ids:
@@ -193,14 +203,24 @@ class LLM:
         return out.logits[0]
 
     # -- generation -------------------------------------------------------------------------------
+    def sampling_params(
+        self, temperature: float | None = None, top_p: float | None = None, top_k: int | None = None
+    ) -> SamplingParams:
+        """The caller's sampling values; each one left None takes the checkpoint's generation_config.json default
+        (`generation_defaults`), else greedy decoding's (temperature 0, top_p 1, top_k 0)."""
+        given = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
+        values = {**asdict(SamplingParams()), **self.generation_defaults}
+        values.update({name: value for name, value in given.items() if value is not None})
+        return SamplingParams(**values)
+
     def generate(
         self,
         prompt: str | Sequence[int],
         method: str = "ar",
         budget: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
         max_new_tokens: int = 128,
         seed: int | None = None,
         chat: bool = True,
@@ -209,18 +229,24 @@ class LLM:
         on_text: Callable[[str], None] | None = None,
         ignore_eos: bool = False,
         builder_options: dict | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
     ) -> GenerationOutput:
         """Generate up to `max_new_tokens`; stops on EOS (unless ignore_eos, for benchmarks) or a stop
         string. `on_text` streams text. `builder_options` go to the tree builder (e.g. {"w": 4, "c": 8}).
+        temperature / top_p / top_k left None take the checkpoint's generation_config.json defaults (greedy
+        without them; verify="greedy" means temperature 0). `chat_template_kwargs`: the chat template's switches,
+        e.g. {"enable_thinking": False}.
         """
         self._check_method(method)
         if max_new_tokens < 1:
             raise GenerationConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if budget < 1:
             raise GenerationConfigError(f"budget must be >= 1, got {budget}")
-        params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        if verify == "greedy" and temperature is None:
+            temperature = 0.0
+        params = self.sampling_params(temperature, top_p, top_k)
         stops = [stop] if isinstance(stop, str) else list(stop or [])
-        ids = self.encode_prompt(prompt, chat=chat)
+        ids = self.encode_prompt(prompt, chat=chat, chat_template_kwargs=chat_template_kwargs)
         max_new = min(max_new_tokens, self.context_len - len(ids))
         eos = set() if ignore_eos else set(self.eos_token_ids)
         stats = RoundStats()

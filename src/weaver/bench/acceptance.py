@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     bar = tqdm(total=total, desc="acceptance", unit="gen")
     for workload, items in prompts.items():
         for item in items:
-            gen = functools.partial(llm.generate, item.text, max_new_tokens=args.max_new_tokens)
+            gen = functools.partial(llm.generate, item.text, max_new_tokens=args.max_new_tokens, temperature=0.0)
             ar = gen(method="ar")
             bar.update()
             rec = {"workload": workload, "id": item.id, "ar": _stats(ar), "runs": []}

@@ -56,10 +56,10 @@ def gpu_matches_cpu() -> dict:
 
 
 def bench_weaver(llm, runs: int, new_tokens: int) -> dict:
-    llm.generate(PROMPT, max_new_tokens=new_tokens, ignore_eos=True)  # warm-up: capture / compile
+    llm.generate(PROMPT, max_new_tokens=new_tokens, ignore_eos=True, temperature=0.0)  # warm-up: capture / compile
     rates, decode_rates = [], []
     for _ in range(runs):
-        out = llm.generate(PROMPT, max_new_tokens=new_tokens, ignore_eos=True)
+        out = llm.generate(PROMPT, max_new_tokens=new_tokens, ignore_eos=True, temperature=0.0)  # greedy, as HF
         rates.append(out.stats.tokens_per_s)
         decode_rates.append((new_tokens - 1) / out.stats.stage_seconds["verify"])
     return {

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 from torch import nn
 
@@ -104,6 +104,43 @@ def copy_tensors(
             )
         target.copy_(tensor.to(device=target.device, dtype=target.dtype))
         seen.add(name)
+    return seen
+
+
+@torch.no_grad()
+def copy_file_tensors(
+    params: dict[str, torch.Tensor],
+    file: Path,
+    rename: Callable[[str], str | None] = lambda name: name,
+    on_copy: Callable[[int], object] | None = None,
+) -> set[str]:
+    """Stream one safetensors file into `params` tensor by tensor; returns the names filled.
+
+    A tensor is read only when a parameter wants it (renamed to None: never read), converted to the parameter's
+    dtype on the CPU and copied into it, so nothing larger than one stored tensor exists besides the parameters.
+    Errors as `copy_tensors`; `on_copy(nbytes)` reports each parameter's bytes once copied (progress bars).
+    """
+    seen: set[str] = set()
+    try:
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for raw_name in handle.keys():
+                name = rename(raw_name)
+                if name is None:
+                    continue
+                if name not in params:
+                    raise CheckpointError(f"{file.name}: unexpected parameter {raw_name!r} for this config")
+                target = params[name]
+                shape = tuple(handle.get_slice(raw_name).get_shape())
+                if tuple(target.shape) != shape:
+                    raise CheckpointError(
+                        f"{file.name}: {raw_name} has shape {shape}, config expects {tuple(target.shape)}"
+                    )
+                target.copy_(handle.get_tensor(raw_name).to(dtype=target.dtype))
+                seen.add(name)
+                if on_copy is not None:
+                    on_copy(target.numel() * target.element_size())
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f"cannot read {file}: {exc}") from None
     return seen
 
 
