@@ -160,8 +160,6 @@ def create_app(llm: Any, cfg: ServeConfig, metrics: Metrics | None = None) -> Fa
     def _finished(job: Job, out: Any) -> tuple[dict, dict]:
         """Record a finished generation's metrics; its `weaver` statistics and usage."""
         now = time.perf_counter()
-        if out.stats.finish_reason == "cancelled":
-            metrics.errors.labels("client_disconnected").inc()
         metrics.prompt_tokens.inc(len(job.ids))
         metrics.generation_tokens.inc(out.stats.new_tokens)
         if out.stats.rounds:

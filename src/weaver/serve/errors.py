@@ -48,7 +48,7 @@ def from_validation_error(exc: ValidationError | RequestValidationError) -> APIE
     if not errors:
         return invalid("invalid request body")
     first = errors[0]
-    loc = [str(p) for p in first.get("loc", ()) if p not in ("body",)]
+    loc = [str(p) for p in first.get("loc", ()) if not _is_type_tag(str(p))]
     param = ".".join(loc) or None
     kind = first.get("type", "")
     if kind == "json_invalid":
@@ -60,6 +60,11 @@ def from_validation_error(exc: ValidationError | RequestValidationError) -> APIE
         return invalid(f"missing required parameter: {param}", param=param, code="missing_parameter")
     message = f"{param}: {first.get('msg')}" if param else str(first.get("msg"))
     return invalid(message, param=param, code="invalid_value")
+
+
+def _is_type_tag(part: str) -> bool:
+    """A union member's tag in a pydantic error location (`str`, `list[TextPart]`), not a field name."""
+    return part in ("body", "str", "int", "float", "bool", "dict", "list", "none") or "[" in part
 
 
 def install_error_handlers(app: FastAPI, on_error: Callable[[APIError], None]) -> None:

@@ -22,7 +22,9 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         self.requests = Counter("weaver_requests", "Requests answered, by endpoint and HTTP status (499: the "
                                 "client went away)", ["endpoint", "status"], registry=r)  # fmt: skip
-        self.errors = Counter("weaver_errors", "Error responses by OpenAI error code or type", ["type"], registry=r)
+        self.errors = Counter("weaver_errors", "Error responses by OpenAI error code or type; `cancelled`: "
+                              "generations stopped because their client left (or at shutdown)", ["type"],
+                              registry=r)  # fmt: skip
         self.prompt_tokens = Counter("weaver_prompt_tokens", "Prompt tokens of generation requests", registry=r)
         self.generation_tokens = Counter("weaver_generation_tokens", "Tokens generated", registry=r)
         self.tau = Histogram("weaver_request_tau", "Tokens per target verify pass of a request (bonus included)",

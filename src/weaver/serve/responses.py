@@ -14,6 +14,7 @@ from typing import Any
 
 from weaver.serve.protocol import Generation
 
+_COMPACT = (",", ":")
 FINISH = {"eos": "stop", "stop": "stop", "length": "length", "cancelled": "stop"}
 
 
@@ -78,7 +79,7 @@ class ChunkWriter:
         if self.include_usage:
             body["usage"] = None
         body.update(extra)
-        return f"data: {json.dumps(body, ensure_ascii=False, separators=(",", ":"))}\n\n"
+        return f"data: {json.dumps(body, ensure_ascii=False, separators=_COMPACT)}\n\n"
 
     def _choice(self, text: str | None, finish: str | None, role: bool = False) -> dict:
         if self.kind == "chat":

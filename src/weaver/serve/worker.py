@@ -73,6 +73,7 @@ class EngineWorker:
         while not self.queue.empty():
             job = self.queue.get_nowait()
             job.cancel.set()
+            self.metrics.errors.labels("cancelled").inc()
             job.put("cancelled")
         if self.current is not None:
             self.current.cancel.set()
@@ -107,6 +108,7 @@ class EngineWorker:
             job = await self.queue.get()
             self.metrics.queue_depth.set(self.queue.qsize())
             if job.cancel.is_set():
+                self.metrics.errors.labels("cancelled").inc()
                 job.put("cancelled")
                 continue
             self.current = job
@@ -166,6 +168,8 @@ class EngineWorker:
                 self.metrics.captures.inc(new)
                 log.warning("captured %d new graph(s) for method %s, T=%g, top_p=%g, top_k=%d (not warmed up)",
                             new, g.method, g.temperature, g.top_p, g.top_k)  # fmt: skip
+        if out.stats.finish_reason == "cancelled":
+            self.metrics.errors.labels("cancelled").inc()
         job.put("done", out)
 
     def _on_text(self, job: Job, text: str) -> None:
