@@ -129,10 +129,17 @@ def run(args: argparse.Namespace) -> int:
         cfg.context_len, args.host, args.port, cfg.method, cfg.budget, ",".join(cfg.methods),
         ",".join(map(str, cfg.budgets)))  # fmt: skip
     app = create_app(llm, cfg)
+    grace = cfg.limits.shutdown_timeout_s
+    # uvicorn's own timeout is a backstop: the worker answers what is left with 503s when the grace period ends
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on",
-                            access_log=args.access_log,
-                            timeout_graceful_shutdown=cfg.limits.shutdown_timeout_s)  # fmt: skip
-    server = uvicorn.Server(config)
+                            access_log=args.access_log, timeout_graceful_shutdown=grace + 10)  # fmt: skip
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            app.state.worker.drain(grace)
+            await super().shutdown(sockets)
+
+    server = Server(config)
     # uvicorn re-raises the signal it stopped for once it is done, with the handlers it found installed:
     # these make that a no-op, so a SIGTERM'd server exits 0 after its graceful shutdown.
     caught: list[int] = []

@@ -43,6 +43,7 @@ class Job:
     started: float | None = None
     first_text: float | None = None
     last_text: float | None = None
+    shut_down: bool = False  # cancelled by the server's shutdown, not by its client: answered with a 503
 
     def put(self, kind: str, value: Any = None) -> None:
         """Hand an event to the event loop (safe from the engine thread)."""
@@ -67,6 +68,24 @@ class EngineWorker:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._serve())
 
+    def drain(self, grace_s: float) -> None:
+        """Shutdown begins: refuse new jobs (503) and, after `grace_s`, cancel what still runs or waits (each is
+        answered with a 503; the running one stops at its next round)."""
+        self._stopping.set()
+        asyncio.get_running_loop().call_later(grace_s, self._shut_down_jobs)
+
+    def _shut_down_jobs(self) -> None:
+        jobs = [self.current] if self.current is not None else []
+        while not self.queue.empty():
+            jobs.append(self.queue.get_nowait())
+        for job in jobs:
+            job.shut_down = True
+            job.cancel.set()
+            if job is not self.current:
+                job.put("error", _shutting_down())
+        if jobs:
+            log.warning("shutdown: cancelled %d request(s) still running or queued after the grace period", len(jobs))
+
     async def stop(self) -> None:
         """Cancel what is queued and the running generation (it stops at its next round), then end the thread."""
         self._stopping.set()
@@ -85,7 +104,7 @@ class EngineWorker:
     def submit(self, job: Job) -> None:
         """Queue a job, or a 429 (with Retry-After) when the queue is full."""
         if self._stopping.is_set():
-            raise APIError(503, "the server is shutting down", type="service_unavailable", code="shutting_down")
+            raise _shutting_down()
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -170,6 +189,9 @@ class EngineWorker:
                             new, g.method, g.temperature, g.top_p, g.top_k)  # fmt: skip
         if out.stats.finish_reason == "cancelled":
             self.metrics.errors.labels("cancelled").inc()
+            if job.shut_down:
+                job.put("error", _shutting_down())
+                return
         job.put("done", out)
 
     def _on_text(self, job: Job, text: str) -> None:
@@ -181,3 +203,8 @@ class EngineWorker:
             self.metrics.itl.observe(now - job.last_text)
         job.last_text = now
         job.put("text", text)
+
+
+def _shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down; retry elsewhere", type="service_unavailable",
+                    code="shutting_down")  # fmt: skip
