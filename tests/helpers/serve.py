@@ -37,6 +37,8 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src")}
         cmd = [sys.executable, "-m", "weaver.cli", "serve", *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        if "--device" not in args:  # the tests compare with in-process CPU runs, also on a GPU machine
+            cmd += ["--device", "cpu"]
         self.log = log
         self._log_file = open(log, "w")  # noqa: SIM115 (closed in stop)
         self.proc = subprocess.Popen(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env)

@@ -36,7 +36,7 @@ def test_health_is_503_until_warm(tmp_path):
     """Without its lifespan the app never warms up: /health says so, and requests are not dropped on the floor."""
     import asyncio
 
-    llm = weaver.LLM.from_config(str(tiny_config(tmp_path)), random_weights=True)
+    llm = weaver.LLM.from_config(str(tiny_config(tmp_path)), random_weights=True, device="cpu")
     cfg = ServeConfig(model_id="tiny", context_len=llm.context_len, method="ar", budget=8, methods=("ar",),
                       budgets=(8,))  # fmt: skip
     app = create_app(llm, cfg)
@@ -130,7 +130,7 @@ def test_default_model_serves_greedy_equal_to_generate(tmp_path):
         question = "What is the capital of France?"
         resp = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": question}],
                                               temperature=0, max_tokens=24)  # fmt: skip
-        ref = weaver.LLM("smollm2").generate(question, max_new_tokens=24)
+        ref = weaver.LLM("smollm2", device="cpu").generate(question, max_new_tokens=24)
         assert resp.choices[0].message.content == ref.text
         assert resp.usage.prompt_tokens == ref.stats.prompt_tokens
         assert resp.usage.completion_tokens == ref.stats.new_tokens

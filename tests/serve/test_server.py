@@ -39,7 +39,8 @@ def server(cfg_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def llm(cfg_path):
     """The same model in process: what the server's answers must equal."""
-    return weaver.LLM.from_config(str(cfg_path), random_weights=True, seed=0, drafter="random", adapter="random")
+    return weaver.LLM.from_config(str(cfg_path), random_weights=True, seed=0, drafter="random", adapter="random",
+                                  device="cpu")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

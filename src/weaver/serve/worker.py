@@ -154,10 +154,13 @@ class EngineWorker:
                 llm.generate(ids, method=method, budget=max(budget, 1), temperature=temperature, chat=False,
                              max_new_tokens=WARMUP_TOKENS, ignore_eos=True, seed=0)  # fmt: skip
                 log.info("warm-up: %s budget %d T=%g in %.2f s", method, budget, temperature, time.perf_counter() - t0)
-        if graphs and "ar" in cfg.methods:
+        if graphs and "ar" in cfg.methods:  # AR prefills are captured per power-of-two prompt bucket
             n = 16
-            while n < cfg.context_len and not self._stopping.is_set():
-                llm.generate([ids[0]] * n, method="ar", temperature=0.0, chat=False, max_new_tokens=1, seed=0)
+            while not self._stopping.is_set():
+                length = min(n, cfg.context_len - 1)
+                llm.generate([ids[0]] * length, method="ar", temperature=0.0, chat=False, max_new_tokens=1, seed=0)
+                if length < n:
+                    break
                 n *= 2
         self.captures_after_warmup = llm.engine.captured_count
         log.info("warm-up done: %d captured graphs", self.captures_after_warmup)
