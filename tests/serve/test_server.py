@@ -182,6 +182,8 @@ BAD = [
     ("budget-not-served", {**CHAT, "weaver": {"method": "weaver", "budget": 9}}, 400, "weaver.budget"),
     ("budget-string", {**CHAT, "weaver": {"budget": "big"}}, 400, "weaver.budget"),
     ("weaver-unknown-key", {**CHAT, "weaver": {"speed": "max"}}, 400, "weaver.speed"),
+    ("verify-greedy-sampled", {**CHAT, "temperature": 0.5, "weaver": {"verify": "greedy"}}, 400, "weaver.verify"),
+    ("verify-unknown", {**CHAT, "weaver": {"verify": "best"}}, 400, "weaver.verify"),
     ("oversized-body", {**CHAT, "messages": [{"role": "user", "content": "x" * BODY_LIMIT}]}, 413, None),
 ]
 
@@ -205,6 +207,7 @@ BAD_COMPLETIONS = [
     ({"model": "tiny", "prompt": [5, 400]}, "prompt"),  # a token id outside the vocabulary
     ({"model": "tiny", "prompt": "   "}, "prompt"),
     ({"model": "tiny", "prompt": {"text": "hi"}}, "prompt"),
+    ({"model": "tiny", "prompt": "y" * 600}, "prompt"),  # over the 512-token context
 ]
 
 

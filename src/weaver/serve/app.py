@@ -104,8 +104,8 @@ def create_app(llm: Any, cfg: ServeConfig, metrics: Metrics | None = None) -> Fa
 
     async def _generate(request: Request, kind: str, gen: Generation) -> Response:
         ids = prompt_ids(llm, gen.prompt, gen.template_kwargs)
-        job = Job(gen=gen, ids=ids, max_tokens=completion_budget(ids, gen.max_tokens, cfg),
-                  loop=asyncio.get_running_loop())  # fmt: skip
+        max_tokens = completion_budget(ids, gen.max_tokens, cfg, "messages" if kind == "chat" else "prompt")
+        job = Job(gen=gen, ids=ids, max_tokens=max_tokens, loop=asyncio.get_running_loop())
         worker.submit(job)
         rid = new_id(kind)
         if gen.stream:

@@ -41,12 +41,12 @@ def prompt_ids(llm: Any, prompt: Any, template_kwargs: dict[str, Any]) -> list[i
         raise invalid(str(exc), param="prompt", code="invalid_prompt") from None
 
 
-def completion_budget(ids: list[int], requested: int | None, cfg: ServeConfig) -> int:
+def completion_budget(ids: list[int], requested: int | None, cfg: ServeConfig, prompt_param: str) -> int:
     """max_tokens for this prompt: the request's (checked against the context and the cap) or the default."""
     room = cfg.context_len - len(ids)
     if room < 1:
         raise invalid(f"the prompt has {len(ids)} tokens but the context holds {cfg.context_len}; shorten it",
-                      param="messages", code="context_length_exceeded")  # fmt: skip
+                      param=prompt_param, code="context_length_exceeded")  # fmt: skip
     cap = cfg.limits.max_tokens
     if requested is None:
         return min(cfg.limits.default_max_tokens, room, cap or room)

@@ -14,8 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from weaver.errors import GenerationConfigError
 from weaver.serve.config import ServeConfig
 from weaver.serve.errors import APIError, invalid
+from weaver.speculative.accept import resolve_rule
+from weaver.speculative.sampling import SamplingParams
 
 SEED_MOD = 1 << 63  # seeds reach torch.Generator.manual_seed reduced into its range
 
@@ -162,9 +165,14 @@ def _common(req: _Sampling, cfg: ServeConfig) -> dict[str, Any]:
     top_p = 1.0 if req.top_p is None else req.top_p
     if temperature == 0.0:  # greedy: top_p / top_k change nothing; one configuration, one captured round
         top_p, top_k = 1.0, 0
+    verify = ext.verify or "auto"
+    try:  # the engine's own checks, before the request is queued (a stream has not started yet)
+        resolve_rule(verify, SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k), method)
+    except GenerationConfigError as exc:
+        raise invalid(str(exc), param="weaver.verify") from None
     seed = secrets.randbelow(SEED_MOD) if req.seed is None else req.seed % SEED_MOD
     include_usage = bool(req.stream and req.stream_options and req.stream_options.include_usage)
-    return dict(method=method, budget=budget, verify=ext.verify or "auto", temperature=temperature, top_p=top_p,
+    return dict(method=method, budget=budget, verify=verify, temperature=temperature, top_p=top_p,
                 top_k=top_k, seed=seed, stop=stops, stream=req.stream, include_usage=include_usage)  # fmt: skip
 
 

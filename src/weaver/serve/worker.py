@@ -105,6 +105,8 @@ class EngineWorker:
         """Queue a job, or a 429 (with Retry-After) when the queue is full."""
         if self._stopping.is_set():
             raise _shutting_down()
+        if self.warmup_error is not None:
+            raise _not_ready(self.warmup_error)
         try:
             self.queue.put_nowait(job)
         except asyncio.QueueFull:
@@ -120,6 +122,9 @@ class EngineWorker:
         except Exception as exc:  # keep answering /health (503) with the reason instead of dying silently
             self.warmup_error = exc
             log.exception("warm-up failed")
+            while not self.queue.empty():
+                self.queue.get_nowait().put("error", _not_ready(exc))
+            self.metrics.queue_depth.set(0)
             return
         self.ready = True
         self.metrics.ready.set(1)
@@ -211,3 +216,8 @@ class EngineWorker:
 def _shutting_down() -> APIError:
     return APIError(503, "the server is shutting down; retry elsewhere", type="service_unavailable",
                     code="shutting_down")  # fmt: skip
+
+
+def _not_ready(exc: BaseException) -> APIError:
+    return APIError(503, f"the engine failed to warm up: {type(exc).__name__}: {exc}", type="service_unavailable",
+                    code="engine_unavailable")  # fmt: skip
