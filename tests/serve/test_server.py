@@ -130,6 +130,7 @@ def test_sampling_parameters_are_honoured(client):
     assert ask(temperature=1.5, seed=3) != ask(temperature=1.5, seed=4)
     assert ask(temperature=1.5, seed=5, extra_body={"top_k": 1}) == greedy  # top_k=1 is argmax: top_k is applied
     assert ask(temperature=1.5, top_p=1e-6, seed=6) == greedy  # so is top_p
+    assert ask(temperature=1e-300, seed=8) == greedy  # a vanishing temperature is greedy, not a NaN and a 500
     assert ask(temperature=1.5, seed=7, extra_body={"top_k": 1, "weaver": {"method": "weaver"}}) == greedy
 
 

@@ -254,9 +254,11 @@ def check_whole(r: Result, body: dict, max_tokens: int) -> None:
         return
     r.text = text
     _check_usage(r, body.get("usage") or {}, max_tokens)
-    r.tau = (body.get("weaver") or {}).get("tau")
-    if not isinstance(r.tau, (int, float)) or r.tau < 1:
-        r.error = r.error or f"bad weaver stats {body.get('weaver')}"
+    stats = body.get("weaver") or {}
+    r.tau = stats.get("tau")
+    # tau >= 1 once a round ran; a reply whose first token (the prefill's) ended it has no round and tau 0
+    if not isinstance(r.tau, (int, float)) or not (r.tau >= 1 or stats.get("rounds") == 0):
+        r.error = r.error or f"bad weaver stats {stats}"
 
 
 def check_stream(r: Result, lines: list[tuple[float, str]], max_tokens: int) -> None:
@@ -327,7 +329,7 @@ def summarize(results: list[Result], expected: int, wall: float, max_tokens: int
         "max_tokens": max_tokens, "wall_s": wall, "completion_tokens": tokens,
         "throughput_tok_s": tokens / wall if wall > 0 else 0.0, "requests_per_s": len(done) / wall if wall else 0.0,
         "ttft_s": stats(ttft), "itl_chunk_s": stats(gaps), "itl_token_s": stats(per_token), "e2e_s": stats(e2e),
-        "tau_mean": statistics.fmean([r.tau for r in done if r.tau]) if done else None,
+        "tau_mean": statistics.fmean(taus) if (taus := [r.tau for r in done if r.tau]) else None,
         "requests": [asdict(r) | {"text": r.text[:80]} for r in results],
     }  # fmt: skip
 

@@ -21,6 +21,7 @@ from weaver.speculative.accept import resolve_rule
 from weaver.speculative.sampling import SamplingParams
 
 SEED_MOD = 1 << 63  # seeds reach torch.Generator.manual_seed reduced into its range
+GREEDY_BELOW = 1e-5  # temperatures under this are served greedily (as vLLM does)
 
 
 class _Strict(BaseModel):
@@ -161,6 +162,8 @@ def _common(req: _Sampling, cfg: ServeConfig) -> dict[str, Any]:
         raise invalid(f"weaver.budget: {budget} is not served (no warmed-up graph); choose one of {served} or "
                       "restart the server with --budgets", param="weaver.budget")  # fmt: skip
     temperature = 1.0 if req.temperature is None else req.temperature
+    if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf: such a temperature is greedy in all but name
+        temperature = 0.0
     top_k = 0 if req.top_k in (None, -1) else req.top_k
     top_p = 1.0 if req.top_p is None else req.top_p
     if temperature == 0.0:  # greedy: top_p / top_k change nothing; one configuration, one captured round
