@@ -158,15 +158,9 @@ def create_app(llm: Any, cfg: ServeConfig, metrics: Metrics | None = None) -> Fa
             job.cancel.set()
 
     def _finished(job: Job, out: Any) -> tuple[dict, dict]:
-        """Record a finished generation's metrics; its `weaver` statistics and usage."""
-        now = time.perf_counter()
-        metrics.prompt_tokens.inc(len(job.ids))
-        metrics.generation_tokens.inc(out.stats.new_tokens)
-        if out.stats.rounds:
-            metrics.tau.observe(out.stats.tau)
-        metrics.e2e.observe(now - job.arrived)
+        """A finished generation's `weaver` statistics and usage (its metrics are recorded by the worker)."""
         ttft = None if job.first_text is None else job.first_text - job.arrived
-        queue_s = (job.started or now) - job.arrived
+        queue_s = (job.started or job.arrived) - job.arrived
         return weaver_stats(out, job.gen, queue_s, ttft), usage(len(job.ids), out.stats.new_tokens)
 
     return app

@@ -195,12 +195,22 @@ class EngineWorker:
                 self.metrics.captures.inc(new)
                 log.warning("captured %d new graph(s) for method %s, T=%g, top_p=%g, top_k=%d (not warmed up)",
                             new, g.method, g.temperature, g.top_p, g.top_k)  # fmt: skip
+        self._record(job, out)
         if out.stats.finish_reason == "cancelled":
             self.metrics.errors.labels("cancelled").inc()
             if job.shut_down:
                 job.put("error", _shutting_down())
                 return
         job.put("done", out)
+
+    def _record(self, job: Job, out: Any) -> None:
+        """Token counts, tau and latency of every generation, cancelled ones included (nobody may be listening)."""
+        m = self.metrics
+        m.prompt_tokens.inc(len(job.ids))
+        m.generation_tokens.inc(out.stats.new_tokens)
+        if out.stats.rounds:
+            m.tau.observe(out.stats.tau)
+        m.e2e.observe(time.perf_counter() - job.arrived)
 
     def _on_text(self, job: Job, text: str) -> None:
         now = time.perf_counter()
