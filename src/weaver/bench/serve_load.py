@@ -38,7 +38,6 @@ PROMPTS = [
     "Give me a tip for learning to code.",
     "What is 12 times 12?",
 ]
-LOOPBACK = ("127.", "localhost", "::1")
 
 
 @dataclass
@@ -89,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         server, url = spawn_server(server_args, max_queue=args.clients, log_path=_log_path(args.out))
     else:
         host = urlparse(url).hostname or ""
-        if not host.startswith(LOOPBACK):
+        if not (host in ("localhost", "::1") or host.startswith("127.")):
             from weaver.errors import GenerationConfigError
 
             raise GenerationConfigError(f"--url must be a loopback address (127.0.0.1, localhost, ::1), got {host!r}")
