@@ -81,8 +81,10 @@ class EngineWorker:
         for job in jobs:
             job.shut_down = True
             job.cancel.set()
-            if job is not self.current:
+            if job is not self.current:  # the running one is counted (and answered) when its round ends
+                self.metrics.errors.labels("cancelled").inc()
                 job.put("error", _shutting_down())
+        self.metrics.queue_depth.set(0)
         if jobs:
             log.warning("shutdown: cancelled %d request(s) still running or queued after the grace period", len(jobs))
 
