@@ -101,3 +101,27 @@ def test_logits_equals_one_prefill(llm):
     with torch.no_grad():
         ref = llm.model(torch.tensor([ids]), cache).logits[0]
     assert (logits - ref).abs().max() <= 1e-5  # cache capacities differ: same math, other reduction order
+
+
+def test_stop_string_token_ids_do_not_depend_on_the_method():
+    """A round emits several tokens at once: those past the stop string are dropped, so every method (and a
+    server's usage count) reports the same tokens as AR."""
+    cfg = preset_config("tiny-llama", vocab_size=300, eos_token_id=299)
+    llm = weaver.LLM.from_config(cfg, random_weights=True, seed=2, drafter="random", adapter="random")
+    text = llm.generate("ab", max_new_tokens=40, chat=False).text
+    stop = text[5:7]
+    outs = [llm.generate("ab", method=m, budget=8, max_new_tokens=40, chat=False, stop=[stop])
+            for m in ("ar", "ddtree", "weaver")]  # fmt: skip
+    assert all(o.stats.finish_reason == "stop" for o in outs)
+    assert outs[0].token_ids == outs[1].token_ids == outs[2].token_ids
+    assert stop in llm.tokenizer.decode(outs[0].token_ids) and stop not in llm.tokenizer.decode(outs[0].token_ids[:-1])
+
+
+def test_should_stop_ends_generation_between_rounds():
+    cfg = preset_config("tiny-llama", vocab_size=300, eos_token_id=[])
+    llm = weaver.LLM.from_config(cfg, random_weights=True, seed=2)
+    asked = []
+    out = llm.generate("ab", max_new_tokens=40, chat=False, should_stop=lambda: asked.append(1) or len(asked) >= 3)
+    assert out.stats.finish_reason == "cancelled"
+    assert len(out.token_ids) == 3 == len(asked)  # ar: one token a round, the flag asked after each
+    assert out.token_ids == llm.generate("ab", max_new_tokens=40, chat=False).token_ids[:3]

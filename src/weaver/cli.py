@@ -9,6 +9,7 @@ Examples (CPU-sized):
     weaver generate "Why is the sky blue?" --method weaver --budget 64 --drafter random --adapter random
     weaver convert adapter qwen36_27b_weaver.pth weaver-adapter/
     weaver data build --out data/prompts --max-prompts 2000
+    weaver serve --port 8000
 User mistakes print one line `error: ...` and exit with code 2.
 """
 
@@ -178,6 +179,11 @@ def _add_bench(sub) -> None:
     acc = bsub.add_parser("acceptance", help="tau per workload, method and budget; greedy equality with ar")
     acceptance.add_arguments(acc)
     acc.set_defaults(func=acceptance.run)
+    from weaver.bench import serve_load
+
+    sl = bsub.add_parser("serve", help="bounded load test of `weaver serve` on loopback: latency percentiles")
+    serve_load.add_arguments(sl)
+    sl.set_defaults(func=serve_load.run)
     try:
         from weaver.bench import kernels
     except ImportError:  # kernel benchmarks need triton
@@ -186,6 +192,14 @@ def _add_bench(sub) -> None:
         k = bsub.add_parser("kernels", help="GDN tree-verify kernel vs baselines (needs CUDA)")
         kernels.add_arguments(k)
         k.set_defaults(func=kernels.run)
+
+
+def _add_serve(sub) -> None:
+    from weaver.serve import cli as serve_cli
+
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server (chat, completions, streaming, /metrics)")
+    serve_cli.add_arguments(p)
+    p.set_defaults(func=serve_cli.run)
 
 
 def _add_demo(sub) -> None:
@@ -227,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_convert(sub)
     _add_demo(sub)
+    _add_serve(sub)
     data_sub = add_data_commands(sub)
     from weaver.train.cli import add_regenerate_parser, add_train_commands
 

@@ -39,7 +39,7 @@ class GenerationStats:
     tau: float  # tokens emitted per verify pass, bonus included
     seconds: float  # wall time of prefill + decoding
     tokens_per_s: float  # new_tokens / seconds
-    finish_reason: str  # "eos" | "stop" | "length"
+    finish_reason: str  # "eos" | "stop" | "length" | "cancelled" (should_stop)
     stage_seconds: dict[str, float] = field(default_factory=dict)  # total seconds per stage
     accepted_per_depth: list[int] = field(default_factory=list)
     stage_samples: dict[str, list[float]] = field(default_factory=dict)  # per round (prefill: once), seconds
@@ -230,12 +230,14 @@ class LLM:
         ignore_eos: bool = False,
         builder_options: dict | None = None,
         chat_template_kwargs: dict[str, Any] | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> GenerationOutput:
         """Generate up to `max_new_tokens`; stops on EOS (unless ignore_eos, for benchmarks) or a stop
         string. `on_text` streams text. `builder_options` go to the tree builder (e.g. {"w": 4, "c": 8}).
         temperature / top_p / top_k left None take the checkpoint's generation_config.json defaults (greedy
         without them; verify="greedy" means temperature 0). `chat_template_kwargs`: the chat template's switches,
-        e.g. {"enable_thinking": False}.
+        e.g. {"enable_thinking": False}. `should_stop` is asked after every round (a server's cancel flag): True
+        ends generation there, with finish_reason "cancelled".
         """
         self._check_method(method)
         if max_new_tokens < 1:
@@ -272,6 +274,10 @@ class LLM:
                     break
                 if streamer.push(out_ids):
                     finish = "stop"
+                    del out_ids[streamer.stop_length(out_ids, len(out_ids) - len(new)) :]
+                    break
+                if should_stop is not None and should_stop():
+                    finish = "cancelled"
                     break
         finally:
             rounds.close()
@@ -372,6 +378,15 @@ class _TextStreamer:
         safe = len(text.rstrip("\ufffd")) - self.holdback
         self._emit(text[: max(safe, 0)])
         return False
+
+    def stop_length(self, ids: list[int], start: int) -> int:
+        """The fewest tokens (at least `start`) whose text holds a stop string: a round's tokens past the stop
+        are dropped, so token_ids (and usage counts) do not depend on how many tokens a round emitted."""
+        for n in range(max(start, 1), len(ids)):
+            text = self.tokenizer.decode(ids[:n])
+            if any(s in text for s in self.stops):
+                return n
+        return len(ids)
 
     def finish(self, ids: list[int], eos: set[int]) -> str:
         if self.tokenizer is None:

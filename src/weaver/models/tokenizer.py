@@ -53,9 +53,12 @@ class HFTokenizer:
         kwargs = check_template_kwargs(template_kwargs)
         if not self.has_chat_template:
             return self.encode(user_message)
-        out = self._tok.apply_chat_template(
-            [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True, **kwargs
-        )
+        return self.apply_chat_template([{"role": "user", "content": user_message}], **kwargs)
+
+    def apply_chat_template(self, messages: list[dict[str, str]], **template_kwargs: object) -> list[int]:
+        """Token ids of a whole conversation plus the assistant's turn opening; `template_kwargs` are the
+        template's own switches (e.g. enable_thinking). Needs has_chat_template."""
+        out = self._tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **template_kwargs)
         if isinstance(out, dict) or hasattr(out, "input_ids"):
             out = out["input_ids"]
         return [int(t) for t in out]

@@ -82,6 +82,7 @@ class Engine:
         self.fast_decode = _fast_decoder(model, self.options)
         self._fast_verify = self._fast_draft = None
         self._bound = False
+        self.min_capacity = 0  # a server sets its context here: one cache (and one captured round) per configuration
         self._caches: dict[int, ModelCache] = {}
         self._prefill_graphs: dict[tuple, GraphedStep] = {}
         self._captured: dict[tuple, object] = {}  # RoundGraph / StageGraphs / AR step graph per configuration
@@ -99,12 +100,17 @@ class Engine:
     # -- caches -------------------------------------------------------------------------------------
     def cache_for(self, num_tokens: int) -> ModelCache:
         """A reset cache with room for `num_tokens` (rounded up to the capacity bucket)."""
-        capacity = -(-num_tokens // CAPACITY_BUCKET) * CAPACITY_BUCKET
+        capacity = -(-max(num_tokens, self.min_capacity) // CAPACITY_BUCKET) * CAPACITY_BUCKET
         if capacity not in self._caches:
             self._caches[capacity] = self.model.allocate_cache(1, capacity)
         cache = self._caches[capacity]
         cache.reset()
         return cache
+
+    @property
+    def captured_count(self) -> int:
+        """Captured rounds and prefills so far (a server logs any capture after its warm-up)."""
+        return len(self._captured) + len(self._prefill_graphs)
 
     def _sync(self) -> None:
         if self.timing and self.device.type == "cuda":
