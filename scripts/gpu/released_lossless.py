@@ -1,0 +1,59 @@
+"""H200, issue 17 follow-up: which GPU path breaks weaver's losslessness with a trained released-variant adapter.
+
+On the H200 (fp32, commit a37f8e9) every weaver output of `benchmarks/results/acceptance/h200_second` differed from
+ar while chain and ddtree matched; on the CPU (kernels=torch) the same weights are lossless. This decodes a few
+prompts with ar and with weaver under each runtime configuration and prints, per configuration, whether the tokens
+equal ar's and where they first differ, so one call says whether the Triton kernels, the CUDA graphs or compile
+are at fault.
+
+    python3 scripts/gpu/released_lossless.py --drafter DIR --adapter DIR [--eval-dir .carry/eval]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import weaver
+
+CONFIGS = {  # name -> RuntimeOptions fields
+    "triton+graphs+compile": {},
+    "triton+graphs": {"compile": False},
+    "triton": {"compile": False, "cuda_graphs": "off"},
+    "torch+graphs": {"kernels": "torch", "compile": False},
+    "torch": {"kernels": "torch", "compile": False, "cuda_graphs": "off"},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--drafter", required=True)
+    ap.add_argument("--adapter", required=True)
+    ap.add_argument("--eval-dir", default=".carry/eval")
+    ap.add_argument("--dtype", default="fp32")
+    ap.add_argument("--prompts", type=int, default=2)
+    ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    args = ap.parse_args()
+    texts = [json.loads(line)["text"] for line in
+             Path(args.eval_dir, "gsm_symbolic.jsonl").read_text().splitlines()[: args.prompts]]
+    reference = None
+    for name in args.configs:
+        opts = weaver.RuntimeOptions(**CONFIGS[name])
+        llm = weaver.LLM(args.model, drafter=args.drafter, adapter=args.adapter, dtype=args.dtype, options=opts)
+        if reference is None:
+            reference = [llm.generate(t, method="ar", max_new_tokens=args.new_tokens, temperature=0.0).token_ids
+                         for t in texts]
+        for budget in (16, 64):
+            for i, t in enumerate(texts):
+                out = llm.generate(t, method="weaver", budget=budget, max_new_tokens=args.new_tokens, temperature=0.0)
+                got, want = out.token_ids, reference[i]
+                first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
+                print(f"{name:24s} budget {budget:3d} prompt {i}: equal {got == want} tau {out.stats.tau:.2f}"
+                      f" first diff {first}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
