@@ -4,7 +4,7 @@ Writes (once) a random checkpoint shaped like Qwen/Qwen3.6-27B's files: `Qwen3_5
 config with a nested `text_config`, sharded safetensors with `model.safetensors.index.json`, the text decoder
 under `model.language_model.`, plus a small vision tower and MTP head the loader must skip unread. Then loads it
 in a fresh process and reports the peak memory the load added over the text weights: device memory on CUDA
-(`torch.cuda.max_memory_allocated`), resident memory on the CPU (`ru_maxrss` against the RSS just before).
+(`torch.cuda.max_memory_allocated`), resident memory on the CPU (VmHWM, reset just before, against the RSS then).
 `--num-layers` bounds the size (the 27B shape with 6 layers is ~9.7 GB).
 
     weaver bench load --model qwen3.6-27b-shape --num-layers 6 --dir /tmp/released --device cuda --out load.json
@@ -141,13 +141,28 @@ def _current_rss() -> int:
         return int(f.read().split()[1]) * 4096
 
 
+def _reset_peak_rss() -> None:
+    """Set this process's VmHWM back to its current RSS (Linux >= 4.0)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _peak_rss() -> int:
+    """VmHWM: the highest RSS since the process started or since `_reset_peak_rss`."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def measure_load(path: str | Path, device: str, dtype: torch.dtype, warmup: str | Path | None = None) -> dict[str, Any]:
     """Load `path` here; the peak memory the load added, then the peak once its projections are fused too (as
-    `weaver.LLM` does). Run it in a fresh process: ru_maxrss never goes down.
+    `weaver.LLM` does). Run it in a fresh process. On the CPU the peak is VmHWM, reset just before the load
+    (/proc/self/clear_refs): a higher RSS earlier in the process (imports, the warm-up) is not the load's.
 
     `warmup`: a small checkpoint loaded first, so one-time costs (lazy imports, allocator set-up) are not counted.
     """
-    import resource
     import time
 
     from weaver.models.fuse import fuse_projections
@@ -160,13 +175,14 @@ def measure_load(path: str | Path, device: str, dtype: torch.dtype, warmup: str 
     def peak() -> int:
         if dev.type == "cuda":
             return torch.cuda.max_memory_allocated(dev)
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        return _peak_rss()
 
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
         torch.cuda.reset_peak_memory_stats(dev)
         before = torch.cuda.memory_allocated(dev)
     else:
+        _reset_peak_rss()
         before = _current_rss()
     t0 = time.perf_counter()
     model = load_model(path, dev, dtype)
@@ -180,7 +196,7 @@ def measure_load(path: str | Path, device: str, dtype: torch.dtype, warmup: str 
     return {"device": str(dev), "dtype": str(dtype).removeprefix("torch."), "text_bytes": weights,
             "peak_bytes": loaded, "ratio": loaded / weights, "fused_peak_bytes": fused, "fused_ratio": fused / weights,
             "seconds": seconds, "GB_per_s": weights / seconds / 1e9,
-            "memory": "max_memory_allocated" if dev.type == "cuda" else "ru_maxrss - rss before"}  # fmt: skip
+            "memory": "max_memory_allocated" if dev.type == "cuda" else "VmHWM - rss before"}  # fmt: skip
 
 
 def measure_in_subprocess(
