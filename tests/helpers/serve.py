@@ -11,12 +11,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 
-from weaver.bench.serve_load import free_port
+from weaver.bench.serve_load import free_port, wait_ready
 from weaver.models.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,18 +44,12 @@ class Server:
         self._wait_ready(startup_timeout)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"weaver serve exited with {self.proc.returncode}:\n{self.log.read_text()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise TimeoutError(f"weaver serve not ready in {timeout} s:\n{self.log.read_text()}")
+        try:
+            wait_ready(self.url, timeout, self.proc)
+        except (RuntimeError, TimeoutError) as exc:
+            if self.proc.poll() is None:
+                self.stop()
+            raise type(exc)(f"{exc}:\n{self.log.read_text()}") from None
 
     def metric(self, name: str, labels: str = "") -> float:
         """One sample of /metrics (0 when absent), e.g. metric("weaver_errors_total", 'type="queue_full"')."""

@@ -95,13 +95,7 @@ def copy_tensors(
         name = rename(raw_name)
         if name is None:
             continue
-        if name not in params:
-            raise CheckpointError(f"{where}: unexpected parameter {raw_name!r} for this config")
-        target = params[name]
-        if tuple(target.shape) != tuple(tensor.shape):
-            raise CheckpointError(
-                f"{where}: {raw_name} has shape {tuple(tensor.shape)}, config expects {tuple(target.shape)}"
-            )
+        target = _target(params, name, raw_name, tuple(tensor.shape), where)
         target.copy_(tensor.to(device=target.device, dtype=target.dtype))
         seen.add(name)
     return seen
@@ -127,14 +121,7 @@ def copy_file_tensors(
                 name = rename(raw_name)
                 if name is None:
                     continue
-                if name not in params:
-                    raise CheckpointError(f"{file.name}: unexpected parameter {raw_name!r} for this config")
-                target = params[name]
-                shape = tuple(handle.get_slice(raw_name).get_shape())
-                if tuple(target.shape) != shape:
-                    raise CheckpointError(
-                        f"{file.name}: {raw_name} has shape {shape}, config expects {tuple(target.shape)}"
-                    )
+                target = _target(params, name, raw_name, tuple(handle.get_slice(raw_name).get_shape()), file.name)
                 target.copy_(handle.get_tensor(raw_name).to(dtype=target.dtype))
                 seen.add(name)
                 if on_copy is not None:
@@ -142,6 +129,17 @@ def copy_file_tensors(
     except (SafetensorError, OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read {file}: {exc}") from None
     return seen
+
+
+def _target(params: dict[str, torch.Tensor], name: str, raw_name: str, shape: tuple[int, ...],
+            where: str | Path) -> torch.Tensor:
+    """The parameter a stored tensor fills; an unknown name or another shape is a CheckpointError."""
+    if name not in params:
+        raise CheckpointError(f"{where}: unexpected parameter {raw_name!r} for this config")
+    target = params[name]
+    if tuple(target.shape) != shape:
+        raise CheckpointError(f"{where}: {raw_name} has shape {shape}, config expects {tuple(target.shape)}")
+    return target
 
 
 def check_complete(params: dict[str, torch.Tensor], seen: set[str], where: str | Path, hint: str = "") -> None:
