@@ -36,19 +36,30 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--random-target", action="store_true",
+                    help="SmolLM2 shapes with random weights (no GGUF needed) and token-id prompts")
     args = ap.parse_args()
-    texts = [json.loads(line)["text"] for line in
-             Path(args.eval_dir, "gsm_symbolic.jsonl").read_text().splitlines()[: args.prompts]]
+    if args.random_target:
+        texts = [list(range(100 + 37 * i, 140 + 37 * i)) for i in range(args.prompts)]
+    else:
+        texts = [json.loads(line)["text"] for line in
+                 Path(args.eval_dir, "gsm_symbolic.jsonl").read_text().splitlines()[: args.prompts]]
     reference = None
     for name in args.configs:
         opts = weaver.RuntimeOptions(**CONFIGS[name])
-        llm = weaver.LLM(args.model, drafter=args.drafter, adapter=args.adapter, dtype=args.dtype, options=opts)
+        if args.random_target:
+            llm = weaver.LLM.from_config("smollm2-shape", drafter=args.drafter, adapter=args.adapter, device="cuda",
+                                         dtype=args.dtype, options=opts)
+        else:
+            llm = weaver.LLM(args.model, drafter=args.drafter, adapter=args.adapter, dtype=args.dtype, options=opts)
         if reference is None:
-            reference = [llm.generate(t, method="ar", max_new_tokens=args.new_tokens, temperature=0.0).token_ids
+            reference = [llm.generate(t, method="ar", max_new_tokens=args.new_tokens, temperature=0.0,
+                                      chat=not args.random_target).token_ids
                          for t in texts]
         for budget in (16, 64):
             for i, t in enumerate(texts):
-                out = llm.generate(t, method="weaver", budget=budget, max_new_tokens=args.new_tokens, temperature=0.0)
+                out = llm.generate(t, method="weaver", budget=budget, max_new_tokens=args.new_tokens, temperature=0.0,
+                                   chat=not args.random_target)
                 got, want = out.token_ids, reference[i]
                 first = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), None)
                 print(f"{name:24s} budget {budget:3d} prompt {i}: equal {got == want} tau {out.stats.tau:.2f}"
