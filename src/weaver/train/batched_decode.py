@@ -41,8 +41,8 @@ def _next_tokens(logits: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def decode_batch(model: Decoder, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: Sequence[int],
-                 sample: Sequence[bool] | bool = False, prefill_rows: int = 64, graph: bool | None = None,
-                 generator_seed: int | None = None) -> list[list[int]]:
+                 sample: Sequence[bool] | bool = False, prefill_rows: int = 64, graph: bool | None = None
+                 ) -> list[list[int]]:
     """Replies (token ids, cut after the first EOS) to every prompt, decoded together.
 
     sample: per prompt (or for all) whether it is answered by sampling at T=1 instead of greedily.
@@ -59,8 +59,6 @@ def decode_batch(model: Decoder, prompts: Sequence[Sequence[int]], max_new_token
     if int(lens.min()) < 1:
         raise ValueError("every prompt needs at least one token")
     width = int(lens.max())
-    if generator_seed is not None:
-        torch.manual_seed(generator_seed)
     flags = [bool(sample)] * b if isinstance(sample, bool) else [bool(s) for s in sample]
     sample_rows = torch.tensor(flags, device=device)
     if model.config.has_gdn:

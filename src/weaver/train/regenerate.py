@@ -81,17 +81,15 @@ def regenerate(model_dir: str | Path, prompts_path: str | Path, out_dir: str | P
     from tqdm.auto import tqdm
     from transformers import AutoTokenizer
 
-    from weaver.models.config import load_config
     from weaver.models.fuse import fuse_projections
-    from weaver.models.loading import build_model, load_weights
+    from weaver.models.loading import load_model
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     conversations = read_prompt_messages(prompts_path)[: cfg.limit]
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model_cfg = load_config(model_dir)
-    model = fuse_projections(load_weights(build_model(model_cfg, torch.device(device), dtype), model_dir)).eval()
-    eos = sorted({int(t) for t in model_cfg.eos_token_id} | {tokenizer.eos_token_id})  # every id that ends a reply
+    model = fuse_projections(load_model(model_dir, device, dtype))
+    eos = sorted({int(t) for t in model.config.eos_token_id} | {tokenizer.eos_token_id})  # every id that ends a reply
     shards = [conversations[i : i + cfg.shard_size] for i in range(0, len(conversations), cfg.shard_size)]
     summary = {"prompts": len(conversations), "shards": len(shards), "skipped_long": 0, "written": 0,
                "reply_tokens": 0, "seconds": 0.0}
