@@ -133,11 +133,13 @@ def _random_parents(n: int, seed: int) -> list[int]:
         pytest.param(ROPE_ATTENTION_MAX_NODES + 1, 12, {"tree_rope_kv_write", "tree_attention"}, id="past-it-hd12"),
     ],
 )
+@pytest.mark.parametrize("packed", [False, True], ids=["contiguous", "packed-fields"])
 @torch.no_grad()
-def test_rope_and_kv_write_sit_by_tree_size(nodes, head_dim, launches, monkeypatch):
+def test_rope_and_kv_write_sit_by_tree_size(nodes, head_dim, launches, packed, monkeypatch):
     """Up to ROPE_ATTENTION_MAX_NODES nodes the tree attention ropes and writes K/V itself; past it the qkv GEMM
     does (qkv_rope_kv), or a launch of its own where qkv_rope_kv cannot tile the head dim (12). Every way gives
-    the reference's logits and K/V."""
+    the reference's logits and K/V, also when tokens / parents / depth are strided field views of one [B, T, 4]
+    buffer, as the device weaver builder hands them (the kernels once read depth as if packed: wrong positions)."""
     if head_dim is None:
         model = _model("tiny-qwen3")
     else:
@@ -157,12 +159,17 @@ def test_rope_and_kv_write_sit_by_tree_size(nodes, head_dim, launches, monkeypat
         monkeypatch.setattr(verifier.kernels, name, spy(name))
     parents = torch.tensor([_random_parents(nodes, nodes)], device=DEVICE)
     tokens = (torch.arange(3, 3 + nodes, device=DEVICE) % model.config.vocab_size)[None]
+    depth = node_depth(parents)
     ref_cache, fast_cache = model.allocate_cache(1, 48), model.allocate_cache(1, 48)
     prompt = torch.tensor([[5, 6, 7, 8, 9]], device=DEVICE)
     model(prompt, ref_cache)
     model(prompt, fast_cache)
-    want = model(tokens, ref_cache, parents=parents, depth=node_depth(parents))
-    got = verifier(tokens, fast_cache, parents)
+    want = model(tokens, ref_cache, parents=parents, depth=depth)
+    if packed:  # parent, token, depth, candidate row of node j side by side (weaver's Frontier.nodes)
+        fields = torch.stack([parents, tokens, depth, torch.full_like(depth, 999)], dim=-1)
+        parents, tokens, depth, _ = fields.unbind(-1)
+        assert depth.stride(1) == 4
+    got = verifier(tokens, fast_cache, parents, depth)
     assert set(launched) == launches
     assert_close("logits", want.logits, got.logits, 1e-5)
     for i, (a, b) in enumerate(zip(ref_cache.layers, fast_cache.layers)):

@@ -34,7 +34,7 @@ def head_dim_fits(head_dim: int) -> bool:
 def _qkv_rope_kv_kernel(
     x_ptr, w_ptr, norm_ptr, qkv_ptr, q_ptr, k_ptr, v_ptr, len_ptr, depth_ptr, inv_freq_ptr, qn_ptr, kn_ptr,
     M, K, T, S, eps,
-    stride_xm, stride_wn, stride_om, stride_q, stride_db, stride_cb, stride_ch, stride_cs,
+    stride_xm, stride_wn, stride_om, stride_q, stride_db, stride_dj, stride_cb, stride_ch, stride_cs,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
     INTERPRET: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
@@ -61,7 +61,7 @@ def _qkv_rope_kv_kernel(
     mask_kv = mask_o & (slot < S)[:, None]  # a tree past the capacity is dropped, never written out of bounds
     if i_n < H + HKV:  # q or k: RoPE at position length + depth, each element with its partner half
         tl.debug_barrier()  # the tile's stores above are visible to every thread of the program
-        pos = length + tl.load(depth_ptr + i_b * stride_db + i_j, mask=mask_m, other=0)
+        pos = length + tl.load(depth_ptr + i_b * stride_db + i_j * stride_dj, mask=mask_m, other=0)
         freq = tl.load(inv_freq_ptr + (o_d % (ROT // 2)), mask=o_d < ROT, other=0.0)
         angle = pos.to(tl.float32)[:, None] * freq[None, :]
         cos = _round(tl.cos(angle), dtype)
@@ -106,7 +106,7 @@ def qkv_rope_kv(
         x, weight, norm_weight, qkv, q, cache_k, cache_v, lengths, depth, inv_freq,
         q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq,
         b * t, x.shape[1], t, s, eps,
-        x.stride(0), weight.stride(0), qkv.stride(0), q.stride(0), depth.stride(0), cache_k.stride(0),
+        x.stride(0), weight.stride(0), qkv.stride(0), q.stride(0), *depth.stride(), cache_k.stride(0),
         cache_k.stride(1), cache_k.stride(2),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         INTERPRET=interpreting(), BLOCK_M=tiles.block_m, BLOCK_K=tiles.block_k, num_warps=tiles.num_warps,

@@ -82,13 +82,13 @@ def _heads_rope(
 
 
 @triton.jit
-def _rope_table_kernel(len_ptr, depth_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, stride_db,
+def _rope_table_kernel(len_ptr, depth_ptr, inv_freq_ptr, cos_ptr, sin_ptr, T, stride_db, stride_dj,
                        HALF: tl.constexpr, BLOCK_F: tl.constexpr, PDL: tl.constexpr = False):  # fmt: skip
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
     i_row = tl.program_id(0)  # b * T + j: one node
     i_b = i_row // T
-    pos = tl.load(len_ptr + i_b) + tl.load(depth_ptr + i_b * stride_db + i_row % T)
+    pos = tl.load(len_ptr + i_b) + tl.load(depth_ptr + i_b * stride_db + (i_row % T) * stride_dj)
     o_f = tl.arange(0, BLOCK_F)
     mask = o_f < HALF
     angle = pos.to(tl.float32) * tl.load(inv_freq_ptr + o_f, mask=mask, other=0.0)
@@ -110,7 +110,7 @@ def rope_table(
     inv_freq = inv_freq.float().contiguous()
     cos = torch.empty(b * t, half, device=depth.device, dtype=dtype)
     sin = torch.empty_like(cos)
-    _rope_table_kernel[(b * t,)](lengths, depth, inv_freq, cos, sin, t, depth.stride(0), HALF=half,
+    _rope_table_kernel[(b * t,)](lengths, depth, inv_freq, cos, sin, t, *depth.stride(), HALF=half,
                                  BLOCK_F=triton.next_power_of_2(half), num_warps=1,
                                  **pdl_launch(lengths.device))  # fmt: skip
     return cos, sin
@@ -120,7 +120,7 @@ def rope_table(
 def _tree_rope_kv_kernel(
     qkv_ptr, k_ptr, v_ptr, len_ptr, depth_ptr, inv_freq_ptr, qn_ptr, kn_ptr, q_out_ptr,
     T, S, eps,
-    stride_qkv, stride_db, stride_cb, stride_ch, stride_cs, stride_q,
+    stride_qkv, stride_db, stride_dj, stride_cb, stride_ch, stride_cs, stride_q,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr, QK_NORM: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_HKV: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False,
 ):
@@ -131,7 +131,7 @@ def _tree_rope_kv_kernel(
     i_j = i_row % T
     dtype = qkv_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    pos = length + tl.load(depth_ptr + i_b * stride_db + i_j)
+    pos = length + tl.load(depth_ptr + i_b * stride_db + i_j * stride_dj)
     o_d = tl.arange(0, BLOCK_D)
     p_row = qkv_ptr + i_row * stride_qkv
     o_h = tl.arange(0, BLOCK_H)
@@ -193,7 +193,7 @@ def tree_rope_kv_write(
         qkv, cache_k, cache_v, lengths, depth, inv_freq,
         q_norm if q_norm is not None else inv_freq, k_norm if k_norm is not None else inv_freq, q,
         t, s, eps,
-        qkv.stride(0), depth.stride(0), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), q.stride(0),
+        qkv.stride(0), *depth.stride(), cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), q.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, ROT=2 * inv_freq.shape[0], QK_NORM=q_norm is not None,
         BLOCK_H=triton.next_power_of_2(num_heads), BLOCK_HKV=triton.next_power_of_2(num_kv_heads),
         BLOCK_D=triton.next_power_of_2(d), num_warps=num_warps, **pdl_launch(qkv.device),
