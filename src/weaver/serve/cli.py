@@ -110,7 +110,8 @@ def serve_config(args: argparse.Namespace, llm) -> ServeConfig:
                     shutdown_timeout_s=args.shutdown_timeout)  # fmt: skip
     return ServeConfig(model_id=args.served_model_name or args.model, context_len=llm.context_len, method=method,
                        budget=args.budget, methods=methods, budgets=budgets, limits=limits,
-                       eos_token_ids=tuple(llm.eos_token_ids))  # fmt: skip
+                       eos_token_ids=tuple(llm.eos_token_ids),
+                       sampling_defaults=tuple(sorted(llm.generation_defaults.items())))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:

@@ -31,6 +31,13 @@ class ServeConfig:
     budgets: tuple[int, ...]  # budgets a request may pick (speculative methods)
     limits: Limits = field(default_factory=Limits)
     eos_token_ids: tuple[int, ...] = ()
+    # what a request that leaves temperature / top_p / top_k unset gets: the checkpoint's generation_config.json
+    # values (as vLLM serves them), else OpenAI's defaults (temperature 1, top_p 1, no top-k)
+    sampling_defaults: tuple[tuple[str, float], ...] = ()
+
+    def sampling_default(self, name: str, openai_default: float) -> float:
+        """The value of sampling parameter `name` for a request that does not set it."""
+        return dict(self.sampling_defaults).get(name, openai_default)
 
     def configurations(self) -> list[tuple[str, int]]:
         """Every (method, budget) a request may select: ar has one, the others one per budget."""

@@ -161,11 +161,11 @@ def _common(req: _Sampling, cfg: ServeConfig) -> dict[str, Any]:
         served = ", ".join(map(str, cfg.budgets))
         raise invalid(f"weaver.budget: {budget} is not served (no warmed-up graph); choose one of {served} or "
                       "restart the server with --budgets", param="weaver.budget")  # fmt: skip
-    temperature = 1.0 if req.temperature is None else req.temperature
+    temperature = cfg.sampling_default("temperature", 1.0) if req.temperature is None else req.temperature
     if temperature < GREEDY_BELOW:  # logits / 1e-300 overflow to inf: such a temperature is greedy in all but name
         temperature = 0.0
-    top_k = 0 if req.top_k in (None, -1) else req.top_k
-    top_p = 1.0 if req.top_p is None else req.top_p
+    top_k = int(cfg.sampling_default("top_k", 0)) if req.top_k is None else max(req.top_k, 0)  # -1: none (vLLM)
+    top_p = cfg.sampling_default("top_p", 1.0) if req.top_p is None else req.top_p
     if temperature == 0.0:  # greedy: top_p / top_k change nothing; one configuration, one captured round
         top_p, top_k = 1.0, 0
     verify = ext.verify or "auto"
