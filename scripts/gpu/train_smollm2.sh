@@ -6,6 +6,9 @@
 #   call 2 (carry .gguf/smollm2.gguf.part.ab .whl .carry):     bash scripts/gpu/train_smollm2.sh drafter
 #   call 3 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh weaver
 #   call 4 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh bench
+# or, for a longer drafter run, `finish` in place of call 3: resume the drafter run for DRAFTER_S more seconds
+# (the same DRAFTER_STEPS: one cosine schedule over both calls), then the adapter; the weights of both come back
+# as weights.tar.* (< 15 MiB parts), the logs, histories and plots as logs.tar.
 # calibrate: part 1 of the GGUF to ~/cache, and scripts/gpu/train_calibrate.py (regeneration tok/s, drafter
 #   steps/s per batch x anchors at random weights), kept in ~/cache/calibrate.txt;
 # drafter: `weaver data regenerate` (batched, CUDA-graphed decode) then `weaver train drafter` with the batch and
@@ -15,7 +18,7 @@
 #   (tok/s of every method and budget next to ar), the same prompts.
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
-stage=${1:?calibrate, drafter, weaver or bench}
+stage=${1:?calibrate, drafter, finish, weaver or bench}
 W=/tmp/work
 mkdir -p $W ~/cache "$OUT"
 if [ "$stage" = calibrate ]; then
@@ -51,6 +54,24 @@ drafter)
   cp $W/regen/regenerate.json $W/drafter/history.jsonl $W/drafter/plot.png $OUT/ 2>/dev/null
   # the drafter's weights (shards < 15 MiB) and a slice of the data, should the machine go cold before call 3
   tar -C $W -cf - drafter/final regen/shard_00000.npz | split -b 15M - $OUT/drafter_bundle.tar.
+  ls -la $OUT
+  ;;
+finish)
+  timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
+    --steps ${DRAFTER_STEPS:?the total of the run} --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} \
+    --warmup-steps 60 --layers ${DRAFTER_LAYERS:-4} --anchors ${DRAFTER_ANCHORS:-64} \
+    --batch-size ${DRAFTER_BATCH:-16} --log-every 25 2>&1 | log 20 | tee $OUT/drafter_log2.txt
+  timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
+    --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
+    --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
+    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+  mkdir -p $W/logs && cp $OUT/*.txt $W/logs/ && cp $W/drafter/history.jsonl $W/logs/drafter_history.jsonl \
+    && cp $W/drafter/plot.png $W/logs/drafter_plot.png && cp $W/weaver/history.jsonl $W/logs/weaver_history.jsonl \
+    && cp $W/weaver/plot.png $W/logs/weaver_plot.png
+  tar -C $W -cf $OUT/logs.tar logs
+  tar -C $W -cf - drafter/final weaver/final | split -b 15M - $OUT/weights.tar.
+  mkdir -p ~/cache/runs/drafter ~/cache/runs/weaver && cp -r $W/drafter/final ~/cache/runs/drafter/ \
+    && cp -r $W/weaver/final ~/cache/runs/weaver/
   ls -la $OUT
   ;;
 weaver)
