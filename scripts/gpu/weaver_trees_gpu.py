@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 import torch
+from released_lossless import tree_problems  # scripts/gpu/, the folder Python runs this script from
 
 import weaver
 from weaver.speculative.builders.weaver import build_weaver
@@ -42,24 +43,6 @@ def unpack(x: torch.Tensor):
 
     x = x.cpu()
     return DraftTree(x[0], x[1], x[2], x[3].bool(), torch.zeros(x.shape[1:]))
-
-
-def tree_problems(tree) -> list[str]:
-    """Broken DraftTree invariants of row 0: topological parents, depth = parent's + 1, distinct siblings."""
-    parents, depth, tokens, valid = (x[0].tolist() for x in (tree.parents, tree.depth, tree.tokens, tree.valid))
-    bad, seen = [], set()
-    for i in range(1, len(parents)):
-        if not valid[i]:
-            continue
-        p = parents[i]
-        if not 0 <= p < i:
-            bad.append(f"node {i}: parent {p}")
-        elif depth[i] != depth[p] + 1:
-            bad.append(f"node {i}: depth {depth[i]}, parent depth {depth[p]}")
-        if (p, tokens[i]) in seen:
-            bad.append(f"node {i}: token {tokens[i]} twice under {p}")
-        seen.add((p, tokens[i]))
-    return bad
 
 
 def round_inputs(rec: dict, vocab: int, device: str) -> tuple:
