@@ -6,6 +6,7 @@
 #   call 2 (carry .gguf/smollm2.gguf.part.ab .whl .carry):     bash scripts/gpu/train_smollm2.sh drafter
 #   call 3 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh weaver
 #   call 4 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh bench
+# or `all` in one call (carry the last GGUF part, .whl, .carry): regenerate, then `finish` from a fresh run;
 # or, for a longer drafter run, `finish` in place of call 3: resume the drafter run for DRAFTER_S more seconds
 # (the same DRAFTER_STEPS: one cosine schedule over both calls), then the adapter; the weights of both come back
 # as weights.tar.* (< 15 MiB parts), the logs, histories and plots as logs.tar.
@@ -18,7 +19,7 @@
 #   (tok/s of every method and budget next to ar), the same prompts.
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
-stage=${1:?calibrate, drafter, finish, weaver or bench}
+stage=${1:?calibrate, drafter, finish, all, weaver or bench}
 W=/tmp/work
 mkdir -p $W ~/cache "$OUT"
 if [ "$stage" = calibrate ]; then
@@ -33,13 +34,18 @@ source scripts/gpu/setup.sh
 source scripts/gpu/common.sh
 weaver() { python3 -m weaver.cli "$@"; }
 log() { tr '\r' '\n' | grep -v "^$" | awk -v every="$1" 'NR % every == 0 || /step|error|Error|{|Traceback/'; }
-case $stage in
-drafter)
+regenerate() {
   weaver models pull smollm2 2>&1 | tail -1
   timeout ${REGEN_TIMEOUT:-240} python3 -m weaver.cli data regenerate --prompts .carry/train_prompts.jsonl.gz \
     --out $W/regen --batch-size ${REGEN_BATCH:-512} --max-new-tokens ${REGEN_NEW:-320} \
     --shard-size ${REGEN_SHARD:-4096} --sampled-fraction ${REGEN_SAMPLED:-0.25} --max-seconds ${REGEN_S:-150} \
     2>&1 | log 50 | tee $OUT/regen_log.txt
+  cp $W/regen/regenerate.json $OUT/ 2>/dev/null
+}
+if [ "$stage" = all ]; then regenerate; stage=finish; fi  # one call: regenerate, a new drafter run, the adapter
+case $stage in
+drafter)
+  regenerate
   # the calibration's best predictions/s (lines "drafter B b N n L l: s steps/s, p pred/s, ...")
   read -r B N S < <(grep -E "^drafter B .* pred/s" ~/cache/calibrate.txt | grep -v "out of memory" \
     | sed -E 's/drafter B ([0-9]+) N ([0-9]+) L [0-9]+: ([0-9.]+) steps\/s, ([0-9,]+) pred.*/\4 \1 \2 \3/' \
