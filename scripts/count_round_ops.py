@@ -97,8 +97,11 @@ def build(args: argparse.Namespace):
     import weaver
     from weaver.models.presets import preset_config
 
-    cfg = preset_config("tiny-llama", num_hidden_layers=args.layers, num_attention_heads=9, num_key_value_heads=3,
-                        hidden_size=9 * 8, intermediate_size=96, vocab_size=args.vocab)
+    if args.layout == "hybrid":  # Qwen3.5/3.6: 3 GDN layers, then 1 gated full-attention layer, repeated
+        cfg = preset_config("tiny-qwen3_5", num_hidden_layers=args.layers, vocab_size=args.vocab)
+    else:
+        cfg = preset_config("tiny-llama", num_hidden_layers=args.layers, num_attention_heads=9,
+                            num_key_value_heads=3, hidden_size=9 * 8, intermediate_size=96, vocab_size=args.vocab)
     llm = weaver.LLM.from_config(cfg, random_weights=True, seed=0, drafter="random:3", adapter="random:512",
                                  dtype=args.dtype)
     llm.engine._bind_draft_models()
@@ -137,7 +140,9 @@ def count_round(llm, method: str, budget: int, counter_ref: list) -> dict[str, O
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--layers", type=int, default=30, help="target layers (SmolLM2-135M: 30)")
+    parser.add_argument("--layers", type=int, default=30, help="target layers (SmolLM2-135M: 30, Qwen3.6-27B: 64)")
+    parser.add_argument("--layout", default="llama", choices=["llama", "hybrid"],
+                        help="llama: SmolLM2's layout; hybrid: Qwen3.5/3.6's GDN + gated attention layers")
     parser.add_argument("--vocab", type=int, default=1024, help="target vocabulary (>= the Weaver pool, 512)")
     parser.add_argument("--dtype", default="bf16", help="model dtype (bf16 as on the GPU: casts count too)")
     parser.add_argument("--fast-verify", action="store_true", help="verify through FastVerifier (interpreted)")
