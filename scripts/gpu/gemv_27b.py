@@ -20,7 +20,7 @@ from weaver.kernels.triton.decode import fused_gemv
 
 H, I, V = 5120, 17408, 248320
 SHAPES = {  # name: (out, in, layers holding one)
-    "gdn.in_proj_qkvz": (2 * 2048 + 2 * 6144, H, 48),
+    "gdn.in_proj_qkvz": (2 * 2048 + 2 * 6144, H, 48),  # the model fuses qkvz and ba into one GEMV
     "gdn.in_proj_ba": (96, H, 48),
     "gdn.out_proj": (H, 6144, 48),
     "attn.qkv (gated q)": (24 * 256 * 2 + 2 * 4 * 256, H, 16),
