@@ -7,7 +7,7 @@
 #   call 3 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh weaver
 #   call 4 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh bench
 # or `all` in one call (carry the last GGUF part, .whl, .carry): regenerate, then `finish` from a fresh run;
-# or, for a longer drafter run, `finish` in place of call 3: resume the drafter run for DRAFTER_S more seconds
+# or, for a longer drafter run, `more` (the drafter only) in as many calls as fit, then `finish` in place of call 3: resume the drafter run for DRAFTER_S more seconds
 # (the same DRAFTER_STEPS: one cosine schedule over both calls), then the adapter; the weights of both come back
 # as weights.tar.* (< 15 MiB parts), the logs, histories and plots as logs.tar.
 # calibrate: part 1 of the GGUF to ~/cache, and scripts/gpu/train_calibrate.py (regeneration tok/s, drafter
@@ -19,7 +19,7 @@
 #   (tok/s of every method and budget next to ar), the same prompts.
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
-stage=${1:?calibrate, drafter, finish, all, weaver or bench}
+stage=${1:?calibrate, drafter, more, finish, all, weaver or bench}
 W=/tmp/work
 mkdir -p $W ~/cache "$OUT"
 if [ "$stage" = calibrate ]; then
@@ -43,7 +43,24 @@ regenerate() {
   cp $W/regen/regenerate.json $OUT/ 2>/dev/null
 }
 if [ "$stage" = all ]; then regenerate; stage=finish; fi  # one call: regenerate, a new drafter run, the adapter
+resume_drafter() {  # continue (or start) the drafter run in $W/drafter: one cosine schedule of DRAFTER_STEPS
+  timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
+    --steps ${DRAFTER_STEPS:?the total of the run} --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} \
+    --warmup-steps 60 --layers ${DRAFTER_LAYERS:-4} --anchors ${DRAFTER_ANCHORS:-64} \
+    --batch-size ${DRAFTER_BATCH:-16} --log-every 25 2>&1 | log 20 | tee -a $OUT/${1:-drafter_log2.txt}
+}
+train_adapter() {
+  timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
+    --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
+    --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
+    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+}
 case $stage in
+more)  # the drafter run only, for DRAFTER_S more seconds; its final weights back as drafter_final.tar.*
+  resume_drafter
+  cp $W/drafter/history.jsonl $OUT/drafter_history.jsonl; cp $W/drafter/plot.png $OUT/drafter_plot.png
+  tar -C $W -cf - drafter/final | split -b 15M - $OUT/drafter_final.tar.
+  ;;
 drafter)
   regenerate
   # the calibration's best predictions/s (lines "drafter B b N n L l: s steps/s, p pred/s, ...")
@@ -53,24 +70,15 @@ drafter)
   B=${DRAFTER_BATCH:-${B:-32}}; N=${DRAFTER_ANCHORS:-${N:-128}}
   STEPS=${DRAFTER_STEPS:-$(python3 -c "print(int(${S:-3} * ${DRAFTER_S:-330} * 0.92))")}
   echo "drafter: batch $B anchors $N steps $STEPS (calibrated ${S:-?} steps/s)" | tee $OUT/drafter_log.txt
-  timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
-    --steps $STEPS --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} --warmup-steps 60 \
-    --layers ${DRAFTER_LAYERS:-4} --anchors $N --batch-size $B --log-every 25 2>&1 | log 20 \
-    | tee -a $OUT/drafter_log.txt
+  DRAFTER_BATCH=$B DRAFTER_ANCHORS=$N DRAFTER_STEPS=$STEPS resume_drafter drafter_log.txt
   cp $W/regen/regenerate.json $W/drafter/history.jsonl $W/drafter/plot.png $OUT/ 2>/dev/null
   # the drafter's weights (shards < 15 MiB) and a slice of the data, should the machine go cold before call 3
   tar -C $W -cf - drafter/final regen/shard_00000.npz | split -b 15M - $OUT/drafter_bundle.tar.
   ls -la $OUT
   ;;
 finish)
-  timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
-    --steps ${DRAFTER_STEPS:?the total of the run} --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} \
-    --warmup-steps 60 --layers ${DRAFTER_LAYERS:-4} --anchors ${DRAFTER_ANCHORS:-64} \
-    --batch-size ${DRAFTER_BATCH:-16} --log-every 25 2>&1 | log 20 | tee $OUT/drafter_log2.txt
-  timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
-    --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
-    --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+  resume_drafter
+  train_adapter
   mkdir -p $W/logs && cp $OUT/*.txt $W/logs/ && cp $W/drafter/history.jsonl $W/logs/drafter_history.jsonl \
     && cp $W/drafter/plot.png $W/logs/drafter_plot.png && cp $W/weaver/history.jsonl $W/logs/weaver_history.jsonl \
     && cp $W/weaver/plot.png $W/logs/weaver_plot.png
@@ -81,10 +89,7 @@ finish)
   ls -la $OUT
   ;;
 weaver)
-  timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
-    --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
-    --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+  train_adapter
   cp $W/weaver/history.jsonl $OUT/weaver_history.jsonl; cp $W/weaver/plot.png $OUT/weaver_plot.png
   tar -C $W -cf $OUT/weaver_final.tar weaver/final
   timeout ${QUICK_S:-200} python3 -m weaver.cli bench acceptance --eval-dir .carry/eval --drafter $W/drafter/final \
