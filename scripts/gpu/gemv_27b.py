@@ -1,5 +1,5 @@
 """Issue 19, where the AR step's time goes: every projection GEMV of one Qwen3.6-27B-shaped text forward
-(64 layers + LM head, 51 GB of bf16 weights) in one CUDA graph, cuBLAS (F.linear) against weaver's Triton
+(64 layers + LM head, 51 GB of bf16 weights) in one CUDA graph, cuBLAS (torch.matmul) against weaver's Triton
 `fused_gemv`, at M = 1, 17 and 65 rows; then per weight shape the best of a few GEMV tilings at M = 1.
 
 Each weight shape has its own tensor per layer (48 GDN + 16 attention), so repeated launches read HBM, not L2.
@@ -11,11 +11,11 @@ Prints ms per forward and TB/s (weight bytes / time); the floor is the bytes ove
 from __future__ import annotations
 
 import argparse
-import statistics
 from functools import partial
 
 import torch
 
+from weaver.bench.kernels import copy_bandwidth, time_graphs
 from weaver.kernels.triton.decode import fused_gemv
 
 H, I, V = 5120, 17408, 248320
@@ -34,26 +34,8 @@ TILINGS = [(2, 512, 1), (4, 256, 1), (8, 128, 1), (16, 64, 1), (8, 512, 4), (16,
 
 
 def timed_graph(fn, reps: int) -> float:
-    """Median ms of one replay of fn captured in a CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times)
+    """Median ms of one replay of fn captured in a CUDA graph (`bench.kernels.time_graphs`)."""
+    return time_graphs([fn], reps, warmup=2)[0] / 1e3
 
 
 def run(gemv, calls) -> None:
@@ -70,14 +52,6 @@ def fused_gemv_into(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config=
     fused_gemv(x, w, out=out, config=config)
 
 
-def copy_bandwidth() -> float:
-    """TB/s of a 4 GB device copy, bytes read + written."""
-    x = torch.empty(2 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = timed_graph(lambda: y.copy_(x), 10)
-    return 2 * x.numel() / ms / 1e9
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", nargs="+", type=int, default=[1, 17, 65])
@@ -88,7 +62,7 @@ def main() -> None:
     weights = {name: [torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for _ in range(count)]
                for name, (n, k, count) in SHAPES.items()}
     total = sum(w.numel() * w.element_size() for ws in weights.values() for w in ws)
-    bw = copy_bandwidth()
+    bw = copy_bandwidth() / 1e12  # TB/s, bytes read + written
     print(f"weights {total / 1e9:.2f} GB; copy bandwidth {bw:.2f} TB/s; floor {total / bw / 1e9:.2f} ms")
     for m in args.rows:
         xs = {k: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for k in {s[1] for s in SHAPES.values()}}

@@ -7,9 +7,10 @@
 #   call 3 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh weaver
 #   call 4 (carry .carry):                                     bash scripts/gpu/train_smollm2.sh bench
 # or `all` in one call (carry the last GGUF part, .whl, .carry): regenerate, then `finish` from a fresh run;
-# or, for a longer drafter run, `more` (the drafter only) in as many calls as fit, then `finish` in place of call 3: resume the drafter run for DRAFTER_S more seconds
-# (the same DRAFTER_STEPS: one cosine schedule over both calls), then the adapter; the weights of both come back
-# as weights.tar.* (< 15 MiB parts), the logs, histories and plots as logs.tar.
+# or, for a longer drafter run, `more` (the drafter only) in as many calls as fit, then `finish` in place of
+# call 3: resume the drafter run for DRAFTER_S more seconds (the same DRAFTER_STEPS: one cosine schedule over all
+# calls), then the adapter; the weights of both come back as weights.tar.* (< 15 MiB parts), the logs,
+# histories and plots as logs.tar.
 # calibrate: part 1 of the GGUF to ~/cache, and scripts/gpu/train_calibrate.py (regeneration tok/s, drafter
 #   steps/s per batch x anchors at random weights), kept in ~/cache/calibrate.txt;
 # drafter: `weaver data regenerate` (batched, CUDA-graphed decode) then `weaver train drafter` with the batch and
@@ -71,7 +72,7 @@ drafter)
   STEPS=${DRAFTER_STEPS:-$(python3 -c "print(int(${S:-3} * ${DRAFTER_S:-330} * 0.92))")}
   echo "drafter: batch $B anchors $N steps $STEPS (calibrated ${S:-?} steps/s)" | tee $OUT/drafter_log.txt
   DRAFTER_BATCH=$B DRAFTER_ANCHORS=$N DRAFTER_STEPS=$STEPS resume_drafter drafter_log.txt
-  cp $W/regen/regenerate.json $W/drafter/history.jsonl $W/drafter/plot.png $OUT/ 2>/dev/null
+  cp $W/drafter/history.jsonl $W/drafter/plot.png $OUT/ 2>/dev/null  # regenerate.json: regenerate() copied it
   # the drafter's weights (shards < 15 MiB) and a slice of the data, should the machine go cold before call 3
   tar -C $W -cf - drafter/final regen/shard_00000.npz | split -b 15M - $OUT/drafter_bundle.tar.
   ls -la $OUT
