@@ -18,9 +18,11 @@
 # weaver: `weaver train weaver` on the same data, then a quick fp32 acceptance check;
 # bench: `weaver bench acceptance` in fp32 (tau, per-depth acceptance, greedy equality with ar) and in bf16
 #   (tok/s of every method and budget next to ar), the same prompts.
+# Warm starts: DRAFTER_INIT / WEAVER_INIT (e.g. src/weaver/assets/smollm2-drafter) start a new run from trained
+# weights (`--init-from`), so runs add up across sessions; `regen` regenerates the data only.
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
-stage=${1:?calibrate, drafter, more, finish, all, weaver or bench}
+stage=${1:?calibrate, regen, drafter, more, finish, all, weaver or bench}
 W=/tmp/work
 mkdir -p $W ~/cache "$OUT"
 if [ "$stage" = calibrate ]; then
@@ -43,18 +45,19 @@ regenerate() {
     2>&1 | log 50 | tee $OUT/regen_log.txt
   cp $W/regen/regenerate.json $OUT/ 2>/dev/null
 }
+if [ "$stage" = regen ]; then regenerate; exit 0; fi  # the data only (the call that carries the last GGUF part)
 if [ "$stage" = all ]; then regenerate; stage=finish; fi  # one call: regenerate, a new drafter run, the adapter
 resume_drafter() {  # continue (or start) the drafter run in $W/drafter: one cosine schedule of DRAFTER_STEPS
   timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
     --steps ${DRAFTER_STEPS:?the total of the run} --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} \
     --warmup-steps 60 --layers ${DRAFTER_LAYERS:-4} --anchors ${DRAFTER_ANCHORS:-64} \
-    --batch-size ${DRAFTER_BATCH:-16} --log-every 25 2>&1 | log 20 | tee -a $OUT/${1:-drafter_log2.txt}
+    --batch-size ${DRAFTER_BATCH:-16} ${DRAFTER_INIT:+--init-from $DRAFTER_INIT} --log-every 25 2>&1 | log 20 | tee -a $OUT/${1:-drafter_log2.txt}
 }
 train_adapter() {
   timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
     --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
     --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --d-rank ${WEAVER_RANK:-512} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+    --d-rank ${WEAVER_RANK:-512} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
 }
 case $stage in
 more)  # the drafter run only, for DRAFTER_S more seconds; its final weights back as drafter_final.tar.*
@@ -78,7 +81,7 @@ drafter)
   ls -la $OUT
   ;;
 finish)
-  resume_drafter
+  [ "${DRAFTER_S:-330}" != 0 ] && resume_drafter  # DRAFTER_S=0: the drafter run is done, the adapter only
   train_adapter
   mkdir -p $W/logs && cp $OUT/*.txt $W/logs/ && cp $W/drafter/history.jsonl $W/logs/drafter_history.jsonl \
     && cp $W/drafter/plot.png $W/logs/drafter_plot.png && cp $W/weaver/history.jsonl $W/logs/weaver_history.jsonl \

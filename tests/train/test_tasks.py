@@ -106,3 +106,26 @@ def test_pool_loss_is_zero_at_the_teacher_and_lk_adds_tv() -> None:
     assert torch.allclose(pool_loss(s, t, valid, "lk") - pool_loss(s, t, valid, "kl"), tv, atol=1e-6)
     with pytest.raises(ValueError, match="kl"):
         pool_loss(s, t, valid, "mse")
+
+
+def test_warm_start_loads_trained_weights_and_rejects_a_misfit(tmp_path, target, store) -> None:
+    from weaver.errors import CheckpointError
+    from weaver.train.warm_start import adapter_init, drafter_init
+
+    drafter = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=5, seed=3)
+    drafter.save_pretrained(tmp_path / "d")
+    again = drafter_init(tmp_path / "d", target, block_size=5)
+    assert again.dtype == torch.float32
+    assert all(torch.equal(a, b) for a, b in zip(drafter.state_dict().values(), again.state_dict().values(),
+                                                 strict=True))
+    with pytest.raises(CheckpointError, match="block_size is 5, but this run needs 16"):
+        drafter_init(tmp_path / "d", target, block_size=16)
+    task = WeaverTask(target, again, store, WeaverTaskConfig(d_rank=32, num_heads=4, mlp_dim=64, pool_size=16,
+                                                             anchors=4, batch_size=4))
+    task.save(task.model(), tmp_path / "w")
+    adapter = adapter_init(tmp_path / "w", target, again)
+    saved = task.model().adapter.state_dict()
+    assert all(torch.equal(saved[k].to(torch.bfloat16).float(), v) for k, v in adapter.state_dict().items())
+    short = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=4, seed=3)
+    with pytest.raises(CheckpointError, match="max_depth is 4, but this run needs 3"):
+        adapter_init(tmp_path / "w", target, short)

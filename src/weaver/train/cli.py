@@ -79,6 +79,8 @@ def add_train_commands(sub) -> None:
     d.add_argument("--max-len", type=int, default=1024, help="sequences are cut to this many tokens")
     d.add_argument("--init", default="random", choices=["random", "target"],
                    help="random (the recipe), or start the layers as copies of the target's top layers")
+    d.add_argument("--init-from", default=None, metavar="DIR",
+                   help="start from this trained drafter's weights (its shape wins over --layers/--features)")
     add_train_arguments(d)
     d.set_defaults(func=_cmd_train_drafter)
     w = tsub.add_parser("weaver", help="the Weaver adapter (target and drafter frozen)")
@@ -96,6 +98,8 @@ def add_train_commands(sub) -> None:
     w.add_argument("--anchors", type=int, default=16, help="chains per sequence and step")
     w.add_argument("--batch-size", type=int, default=16)
     w.add_argument("--max-len", type=int, default=1024)
+    w.add_argument("--init-from", default=None, metavar="DIR",
+                   help="start from this trained adapter's weights (its shape wins over --d-rank/--heads/...)")
     add_train_arguments(w)
     w.set_defaults(func=_cmd_train_weaver)
 
@@ -122,14 +126,21 @@ def _cmd_train_drafter(args: argparse.Namespace) -> int:
     from weaver.train.drafter_task import DrafterTask, DrafterTaskConfig
     from weaver.train.loop import train, train_config
     from weaver.train.shards import SequenceStore
+    from weaver.train.warm_start import drafter_init
 
     cfg = train_config(args)
-    task_cfg = DrafterTaskConfig(num_layers=args.layers, num_target_features=args.features,
+    target = _load_target(args)
+    drafter = None
+    layers, features = args.layers, args.features
+    if args.init_from:
+        drafter = drafter_init(args.init_from, target, args.block_size)
+        layers, features = drafter.config.num_hidden_layers, len(drafter.config.target_layer_ids)
+    task_cfg = DrafterTaskConfig(num_layers=layers, num_target_features=features,
                                  block_size=args.block_size, anchors=args.anchors, gamma=args.gamma,
                                  batch_size=args.batch_size, grad_accum=cfg.grad_accum, max_len=args.max_len,
-                                 init=args.init, seed=cfg.seed)
+                                 init=args.init, init_from=args.init_from, seed=cfg.seed)
     store = SequenceStore(args.data, max_len=args.max_len, seed=cfg.seed)
-    result = train(DrafterTask(_load_target(args), store, task_cfg), cfg)
+    result = train(DrafterTask(target, store, task_cfg, drafter=drafter), cfg)
     print(json.dumps({"step": result.step, "loss": result.loss, "out": str(cfg.out_dir)}))
     return 0
 
@@ -138,17 +149,20 @@ def _cmd_train_weaver(args: argparse.Namespace) -> int:
     from weaver.speculative.drafter import DFlashDrafter
     from weaver.train.loop import train, train_config
     from weaver.train.shards import SequenceStore
+    from weaver.train.warm_start import adapter_init
     from weaver.train.weaver_task import WeaverTask, WeaverTaskConfig
 
     cfg = train_config(args)
     task_cfg = WeaverTaskConfig(d_rank=args.d_rank, num_heads=args.heads, mlp_dim=args.mlp_dim,
                                 pool_size=args.pool_size, variant=args.variant, loss=args.loss,
                                 tv_weight=args.tv_weight, anchors=args.anchors, batch_size=args.batch_size,
-                                grad_accum=cfg.grad_accum, max_len=args.max_len, seed=cfg.seed)
+                                grad_accum=cfg.grad_accum, max_len=args.max_len, init_from=args.init_from,
+                                seed=cfg.seed)
     target = _load_target(args)
     drafter = DFlashDrafter.from_pretrained(args.drafter)
+    adapter = adapter_init(args.init_from, target, drafter) if args.init_from else None
     store = SequenceStore(args.data, max_len=args.max_len, seed=cfg.seed)
-    result = train(WeaverTask(target, drafter, store, task_cfg), cfg)
+    result = train(WeaverTask(target, drafter, store, task_cfg, adapter=adapter), cfg)
     print(json.dumps({"step": result.step, "loss": result.loss, "out": str(cfg.out_dir)}))
     return 0
 

@@ -40,6 +40,7 @@ class DrafterTaskConfig:
     grad_accum: int = 1
     max_len: int = 1024
     init: str = "random"  # "random" (the recipe) or "target": layers start as copies of the target's top layers
+    init_from: str | None = None  # a trained checkpoint the weights start from (weaver.train.warm_start)
     seed: int = 0
     save_dtype: str = "bf16"
 

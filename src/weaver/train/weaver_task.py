@@ -43,6 +43,7 @@ class WeaverTaskConfig:
     batch_size: int = 16
     grad_accum: int = 1
     max_len: int = 1024
+    init_from: str | None = None  # a trained checkpoint the weights start from (weaver.train.warm_start)
     seed: int = 0
     save_dtype: str = "bf16"
 
