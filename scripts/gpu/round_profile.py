@@ -168,11 +168,14 @@ def main() -> int:
     parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
     parser.add_argument("--reps", type=int, default=40)
     parser.add_argument("--model", default="smollm2-shape")
+    parser.add_argument("--top", type=int, default=8, help="kernels listed per stage")
     parser.add_argument("--top-build", type=int, default=8, help="kernels listed for the build stage")
+    parser.add_argument("--drafter", default="random:3", help="random[:layers] or a checkpoint dir")
+    parser.add_argument("--adapter", default="random:512", help="random[:width] or a checkpoint dir")
     args = parser.parse_args()
-    TOP["build"] = args.top_build
+    TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
-                                 drafter="random:3", adapter="random:512")
+                                 drafter=args.drafter, adapter=args.adapter)
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for spec in args.specs:
         method, _, budget = spec.partition(":")
