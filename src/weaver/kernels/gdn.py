@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from weaver.kernels.dispatch import use_kernel
+from weaver.kernels.dispatch import launch, use_kernel
 from weaver.ops import conv as conv_ref
 from weaver.ops import gdn as gdn_ref
 from weaver.options import RuntimeOptions
@@ -53,6 +53,34 @@ def gdn_chain(q, k, v, g, beta, state: torch.Tensor, options: RuntimeOptions) ->
     if t == 1:
         return gdn_ref.gdn_recurrent(q, k, v, g, beta, initial_state=state, use_qk_l2norm=True)
     return gdn_ref.gdn_chunk(q, k, v, g, beta, initial_state=state, use_qk_l2norm=True)
+
+
+@torch.library.custom_op("weaver::gdn_decode", mutates_args=("state",))
+def gdn_decode_op(
+    mixed: torch.Tensor, b_raw: torch.Tensor, a_raw: torch.Tensor, z: torch.Tensor, A_log: torch.Tensor,
+    dt_bias: torch.Tensor, norm_weight: torch.Tensor, eps: float, state: torch.Tensor, num_k_heads: int,
+) -> torch.Tensor:
+    """`weaver.kernels.triton.gdn_decode.gdn_decode` as a custom op (what a torch.compile'd decode step sees)."""
+    from weaver.kernels.triton.gdn_decode import gdn_decode as kernel
+
+    return kernel(mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps, state, num_k_heads)
+
+
+@gdn_decode_op.register_fake
+def _gdn_decode_fake(mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps, state, num_k_heads):
+    return z.new_empty(z.shape[0], 1, state.shape[1] * state.shape[3])
+
+
+def fused_decode(options: RuntimeOptions, x: torch.Tensor) -> bool:
+    """Whether a one-token GDN step runs `gdn_decode` (one kernel) instead of the torch recurrence and norm."""
+    return _tree_ops(options, x) is not None
+
+
+def gdn_decode(mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps: float, state: torch.Tensor,
+               num_k_heads: int) -> torch.Tensor:
+    """One token after the conv: gates, delta rule (advances `state` in place), gated norm -> out_proj's input."""
+    args = (mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps, state, num_k_heads)
+    return launch(gdn_decode_op, "weaver.kernels.triton.gdn_decode", "gdn_decode", *args)
 
 
 def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options: RuntimeOptions):

@@ -63,6 +63,10 @@ class GatedDeltaNet(nn.Module):
         else:
             conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
             cache.conv.copy_(new_conv)
+            if t == 1 and backend.fused_decode(step.options, x):  # one kernel from here to out_proj's input
+                o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight,
+                                       self.norm.eps, cache.state, self.num_k_heads)
+                return self.out_proj(o)
         q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
