@@ -172,10 +172,13 @@ def main() -> int:
     parser.add_argument("--top-build", type=int, default=8, help="kernels listed for the build stage")
     parser.add_argument("--drafter", default="random:3", help="random[:layers] or a checkpoint dir")
     parser.add_argument("--adapter", default="random:512", help="random[:width] or a checkpoint dir")
+    parser.add_argument("--kernels", default="auto", choices=["auto", "torch"],
+                        help="torch: the torch paths (the A/B baseline of a new kernel)")
     args = parser.parse_args()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
-                                 drafter=args.drafter, adapter=args.adapter)
+                                 drafter=args.drafter, adapter=args.adapter,
+                                 options=weaver.RuntimeOptions(kernels=args.kernels))
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for spec in args.specs:
         method, _, budget = spec.partition(":")

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# H200, issue 19: the fused GDN decode step (weaver.kernels.triton.gdn_decode) checked and timed in one call.
+#   1. its tests compiled at the Qwen3.6-27B GDN shape: pytest --triton-full tests/kernels/test_gdn_decode.py
+#   2. the 27B-shape AR step with the torch GDN path (--kernels torch, the baseline) and with the kernel
+#      (auto), each in its own process, back to back: round_profile.py's device ms, kernel count and top kernels.
+#   device run:  bash scripts/gpu/gdn_decode_ab.sh      (no carry needed; ~4-5 min)
+OUT=${OUT:-/tmp/gdn_decode_ab}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD/src PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+timeout 150 python3 -m pytest -q -p no:cacheprovider --triton-full tests/kernels/test_gdn_decode.py 2>&1 | tail -15 \
+  | tee "$OUT/tests_full.txt"
+for kernels in torch auto; do
+  echo "### --kernels $kernels" | tee -a "$OUT/ar_27b_ab.txt"
+  timeout 150 python3 scripts/gpu/round_profile.py --model qwen3.6-27b-shape --specs ar --drafter random:1 \
+    --adapter random:64 --top 14 --reps 20 --kernels $kernels 2>&1 | grep -v "Warning\|warn" | tee -a "$OUT/ar_27b_ab.txt"
+done
