@@ -37,9 +37,10 @@ from weaver.speculative.sampling import sample_next_token
 CAPACITY_BUCKET = 256  # caches (and captured graphs) come in multiples of this many slots
 PREFILL_MIN_BUCKET = 16  # smallest padded prompt length (attention-only models)
 AR_LOOKAHEAD = 8  # one-token rounds queued per host read-back on CUDA (a round's count is known: 1)
-# torch.compile'd before capture: every stage but verify, whose fused path is already a few launches a layer
-# (compiling accept and commit halves them on the H200); a fused draft is too
-COMPILED_STAGES = ("draft", "build", "accept", "commit")
+# torch.compile'd before capture: every stage (compiling accept and commit halves their kernels on the H200) but
+# a fused one: the fused verify (attention-only models) and the fused draft are already a few launches a layer;
+# the hybrid models' verify has no fused path and runs thousands of small torch kernels uncompiled
+COMPILED_STAGES = ("draft", "build", "verify", "accept", "commit")
 
 
 @dataclass
@@ -196,7 +197,8 @@ class Engine:
             return ()
         if cfg.method == "ar":  # the torch step is many small kernels; the fused step is already few
             return () if self.fast_decode is not None else ("verify", "accept", "commit")
-        return tuple(s for s in COMPILED_STAGES if not (s == "draft" and self._fast_draft is not None))
+        fused = {"draft": self._fast_draft is not None, "verify": self._fast_verify is not None}
+        return tuple(s for s in COMPILED_STAGES if not fused.get(s, False))
 
     # -- prefill ------------------------------------------------------------------------------------
     def prefill(self, cache: ModelCache, prompt_ids: list[int]) -> torch.Tensor:
