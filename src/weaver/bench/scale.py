@@ -219,9 +219,10 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 @torch.no_grad()
-def verify_row(llm, kind: str, n: int, context: int) -> dict:
+def verify_row(llm, kind: str, n: int, context: int, compiled: bool = True) -> dict:
     """The round's verify stage alone over a chain or proposal-shaped tree of n non-root nodes (n + 1 nodes),
-    after `context` committed tokens: one captured graph on CUDA (median of replays), eager elsewhere."""
+    after `context` committed tokens: one captured graph on CUDA (median of replays), eager elsewhere.
+    torch.compile'd where the engine compiles it (a verify with no fused path); `compiled=False`: never (A/B)."""
     from weaver.bench.kernels import chain_tree, proposal_tree
     from weaver.speculative.round import RoundConfig, RoundState
     from weaver.speculative.sampling import SamplingParams
@@ -237,6 +238,10 @@ def verify_row(llm, kind: str, n: int, context: int) -> dict:
     if llm.drafter is not None:  # the round's own verify stage (with the fused verify where the engine has one)
         llm.engine._bind_draft_models()  # what the engine does on first speculative use
         stages = llm.engine.stages_for(cfg, None)
+        if compiled and "verify" in llm.engine.compiled_stage_names(cfg):
+            from weaver.speculative.capture import compile_stages
+
+            stages = compile_stages(stages, ("verify",))
     cache = llm.engine.cache_for(context + n + 2)
     llm.model(torch.arange(context, device=dev)[None] % vocab, cache, last_only=True)
     state = RoundState(cache=cache, root=tree.tokens[:, 0])
@@ -252,7 +257,8 @@ def verify_row(llm, kind: str, n: int, context: int) -> dict:
         ms = time_graphs([run], reps=30, warmup=3, calls_per_graph=1)[0] / 1e3
     else:
         ms = median_ms(run, dev, reps=3)
-    return {"kind": kind, "budget": n, "nodes": n + 1, "depth": max(tree.depth[0].tolist()), "ms": ms}
+    return {"kind": kind, "budget": n, "nodes": n + 1, "depth": max(tree.depth[0].tolist()), "ms": ms,
+            "compiled": stages is not None and getattr(stages.verify, "compiled", False)}
 
 
 @torch.no_grad()
@@ -331,10 +337,11 @@ def markdown(report: dict) -> str:
                          f"| {f(p['speedup_measured'], '{:.2f}')} |\n")
         lines.append("\n")
     if report["verify"]:
-        lines.append(f"## Verify alone (after {report['context']} tokens)\n\n| kind | N (non-root) | depth | ms "
-                     "| x AR step | x AR floor |\n|---|---:|---:|---:|---:|---:|\n")
+        lines.append(f"## Verify alone (after {report['context']} tokens)\n\n| kind | N (non-root) | depth | compiled "
+                     "| ms | x AR step | x AR floor |\n|---|---:|---:|---|---:|---:|---:|\n")
         for v in report["verify"]:
-            lines.append(f"| {v['kind']} | {v['budget']} | {v['depth']} | {v['ms']:.3f} "
+            lines.append(f"| {v['kind']} | {v['budget']} | {v['depth']} | {'yes' if v.get('compiled') else 'no'} "
+                         f"| {v['ms']:.3f} "
                          f"| {f(v['ms'] / ar_ms if ar_ms else None, '{:.2f}')} "
                          f"| {f(v['ms'] / report['ar_floor_ms'] if report.get('ar_floor_ms') else None, '{:.2f}')} |\n")
         lines.append("\n")
