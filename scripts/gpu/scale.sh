@@ -13,6 +13,8 @@
 #        after every row, so a run cut short keeps what it measured. A CPU smoke run of the plumbing:
 #        SCALE_DEVICE=cpu SCALE_MODEL=tiny-qwen3_5 SCALE_LOAD_LAYERS=4 SCALE_ARGS="--prefill 16 --context 16
 #        --verify-nodes 4 --new-tokens 4 --adapter random:16" SCALE_BUDGETS=4 bash scripts/gpu/scale.sh
+# The hybrid's verify is torch.compile'd now (as the engine runs it), once per verify-alone shape: with the
+# default 8 shapes that adds 8 compiles at the 27B shape; `--verify-nodes 16 64` in SCALE_ARGS keeps 4.
 # .whl/ holds fla-core and flash-linear-attention 0.6.0 (the GDN chunk kernel of the prefill), as kernels.sh.
 OUT=${OUT:-/tmp/scale_out}
 source scripts/gpu/common.sh
