@@ -69,6 +69,9 @@ def causal_conv1d(
     acc = _acc(x)
     if T == 0:  # nothing to convolve (unfold needs W columns); the state passes through
         y = full.new_zeros(B, 0, C, dtype=acc)
+    elif T == 1:  # a decode step: W products per channel, which torch.compile fuses into one kernel (the einsum
+        # below becomes a batched GEMV per channel there: 48 cuBLAS launches an AR step at the 27B shape)
+        y = (full.to(acc) * weight.to(acc).t()[None]).sum(1, keepdim=True)
     else:
         windows = full.to(acc).unfold(1, W, 1)  # [B, T, C, W]; window t covers x_{t-(W-1)} .. x_t
         y = torch.einsum("btcw,cw->btc", windows, weight.to(acc))
