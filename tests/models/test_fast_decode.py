@@ -85,3 +85,19 @@ def test_fast_decode_refuses_unsupported_models():
     assert unsupported_reason(llm.model) == "GDN layers"
     with pytest.raises(ValueError, match="GDN layers"):
         FastDecoder(llm.model)
+
+
+def test_fused_paths_give_way_to_cublas_where_layers_are_large():
+    """Bandwidth-bound layers (Qwen3-8B: 436 MB a layer in bf16) run the torch path; SmolLM2's 7 MB ones fuse."""
+    from weaver.models.config import ModelConfig
+    from weaver.models.decoder import Decoder
+    from weaver.models.fused_layer import too_large_for_fused
+    from weaver.models.presets import preset_config
+
+    def meta_model(name: str) -> Decoder:
+        with torch.device("meta"):
+            return Decoder(ModelConfig.from_hf(preset_config(name))).to(torch.bfloat16)
+
+    big = meta_model("qwen3-8b-shape")
+    assert "MiB (bandwidth-bound" in unsupported_reason(big)
+    assert too_large_for_fused(meta_model("smollm2-shape").model.layers[0]) is None

@@ -20,6 +20,7 @@ from helpers.drafters import make_drafter, random_features, target_io  # noqa: E
 
 from weaver.models.fused_layer import ROPE_ATTENTION_MAX_NODES  # noqa: E402
 from weaver.options import RuntimeOptions  # noqa: E402
+from weaver.speculative.drafter import DFlashDrafter  # noqa: E402
 from weaver.speculative.fast_drafter import FastDrafter, fast_drafter, unsupported_reason  # noqa: E402
 from weaver.testing import assert_close  # noqa: E402
 
@@ -126,3 +127,19 @@ def test_engine_with_the_fast_draft_stays_lossless(monkeypatch):
         assert out.token_ids == ref, method
     cfg = RoundConfig(method="chain", budget=16, rule="greedy", params=SamplingParams())
     assert isinstance(llm.engine._fast_draft, FastDrafter) and "draft" not in llm.engine.compiled_stage_names(cfg)
+
+
+def test_a_drafter_with_large_layers_drafts_through_torch():
+    """A 27B-width drafter (640 MB a layer in bf16) is bandwidth-bound: its draft keeps cuBLAS's GEMVs."""
+    import dataclasses
+
+    from weaver.bench.scale import published_drafter_config
+    from weaver.models.config import ModelConfig
+    from weaver.models.presets import preset_config
+
+    cfg = published_drafter_config(ModelConfig.from_hf(preset_config("qwen3.6-27b-shape")))
+    cfg = dataclasses.replace(cfg, layer_types=["full_attention"] * cfg.num_hidden_layers, sliding_window=None)
+    with torch.device("meta"):
+        drafter = DFlashDrafter(cfg).to(torch.bfloat16)
+        head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(torch.bfloat16)
+    assert "MiB (bandwidth-bound" in unsupported_reason(drafter, head)

@@ -14,7 +14,7 @@ import torch
 
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
-from weaver.models.fused_layer import FusedLayers, LayerWeights, Rows
+from weaver.models.fused_layer import FusedLayers, LayerWeights, Rows, too_large_for_fused
 
 
 def unsupported_reason(model: Decoder) -> str | None:
@@ -29,6 +29,9 @@ def unsupported_reason(model: Decoder) -> str | None:
     if cfg.attn_output_gate or cfg.norm_offset:
         return "gated attention / offset norms"
     layer = model.model.layers[0]
+    too_large = too_large_for_fused(layer)
+    if too_large is not None:
+        return too_large
     if layer.self_attn.fused is None or layer.mlp.fused is None:
         return "projections not fused (call models.fuse.fuse_projections first)"
     return None

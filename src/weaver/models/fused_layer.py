@@ -36,6 +36,22 @@ from typing import NamedTuple
 
 import torch
 
+# The fused path is for launch-bound models (few kernels a layer, each a few us). Where one layer's weights
+# pass this many bytes the step is bandwidth-bound and cuBLAS's GEMVs win: at the Qwen3.6-27B shapes (640 MB a
+# layer) the fused Triton GEMVs reach 2.2-3.1 TB/s at their best tilings against cuBLAS's 3.4-4.3 (38.0 ms
+# against 13.2 ms for a whole forward's GEMVs with the packaged tilings; benchmarks/results/scale/h200_gemv/),
+# a loss of well over the ~25 us a layer that fusing saves; at SmolLM2's 7 MB a layer the fused path wins.
+FUSED_MAX_LAYER_BYTES = 256 << 20
+
+
+def too_large_for_fused(layer: torch.nn.Module) -> str | None:
+    """Why a layer of this size should run its torch path (cuBLAS GEMVs) instead of the fused one, or None."""
+    size = sum(p.numel() * p.element_size() for p in layer.parameters())
+    if size > FUSED_MAX_LAYER_BYTES:
+        return f"layers of {size / 2**20:.0f} MiB (bandwidth-bound: cuBLAS's GEMVs are faster there)"
+    return None
+
+
 # Inside the tree attention every program ropes the K of all T nodes, so that work grows as T^2 / BLOCK_R
 # while the launch it saves is fixed: up to 32 nodes (a chain's verify, a draft block) it is the cheaper side.
 ROPE_ATTENTION_MAX_NODES = 32

@@ -53,6 +53,24 @@ PRESETS: dict[str, dict[str, Any]] = {
         "bos_token_id": 1,
         "eos_token_id": 2,
     },
+    # Qwen3-8B shapes (attention-only, 436 MB a layer in bf16): where the fused decode / verify give way to
+    # cuBLAS (models.fused_layer.FUSED_MAX_LAYER_BYTES), for timing that regime.
+    "qwen3-8b-shape": {
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0,
+        "tie_word_embeddings": False,
+        "bos_token_id": 151643,
+        "eos_token_id": 151645,
+    },
     # Qwen3.6-27B text decoder shapes (../shared/reference/qwen3.6-27b-text-config.json), for timing.
     "qwen3.6-27b-shape": {
         "model_type": "qwen3_5_text",

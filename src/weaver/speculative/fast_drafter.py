@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from weaver.kernels.dispatch import use_kernel
-from weaver.models.fused_layer import FusedLayers, LayerWeights
+from weaver.models.fused_layer import FusedLayers, LayerWeights, too_large_for_fused
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.drafter import DFlashDrafter, DrafterContext, DraftOutput
 
@@ -33,6 +33,9 @@ def unsupported_reason(drafter: DFlashDrafter, lm_head: nn.Linear) -> str | None
         return "projection biases"
     if lm_head.bias is not None or lm_head.weight.dtype != drafter.dtype:
         return "an LM head with a bias or another dtype than the drafter"
+    too_large = too_large_for_fused(drafter.layers[0])
+    if too_large is not None:
+        return too_large
     if any(layer.self_attn.fused_kv is None or layer.mlp.fused is None for layer in drafter.layers):
         return "projections not fused (call DFlashDrafter.fuse_projections first)"
     return None
