@@ -127,6 +127,7 @@ def _prompts(workload: str, limit: int | None, eval_dir: str | None) -> list:
 def _stats(out) -> dict:
     s = out.stats
     return {"tau": s.tau, "rounds": s.rounds, "new_tokens": s.new_tokens, "tok_s": s.tokens_per_s,
+            "seconds": s.seconds, "prefill_s": s.stage_seconds.get("prefill"),  # where a generation's time goes
             "accepted_per_depth": s.accepted_per_depth}
 
 
