@@ -106,6 +106,8 @@ def test_captured_round_equals_ar(llm, method, budget, mode):
     again = run(llm, method, budget, mode, [3, 1, 4])  # the captured round is reused, its state refilled
     assert again.token_ids == run(llm, "ar", 1, "off", [3, 1, 4]).token_ids
     assert len([k for k in llm.engine._captured if k[0].method == method and k[-1] == mode]) == 1
+    # ... by the captured prefill (attention-only target): one graph for the padded prompt's bucket
+    assert [key for key in llm.engine._prefill_graphs if key[0] == captured[0]] == [(captured[0], 16)]
 
 
 def test_captured_ar_round_equals_eager_ar(llm):

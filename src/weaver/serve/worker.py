@@ -148,7 +148,7 @@ class EngineWorker:
     # -- the engine thread --------------------------------------------------------------------------
     def _warmup(self) -> None:
         """One short generation per served (method, budget), greedy and sampled where graphs are captured, and
-        on CUDA graphs one AR prefill per prompt-length bucket: no request pays for a capture."""
+        on CUDA graphs one prefill per prompt-length bucket and configuration: no request pays for a capture."""
         llm, cfg = self.llm, self.cfg
         graphs = llm.engine.cuda_graphs != "off"
         ids = llm.tokenizer.encode("Warm-up: hello!")[:8] if llm.tokenizer is not None else [1] * 8
@@ -161,11 +161,14 @@ class EngineWorker:
                 llm.generate(ids, method=method, budget=max(budget, 1), temperature=temperature, chat=False,
                              max_new_tokens=WARMUP_TOKENS, ignore_eos=True, seed=0)  # fmt: skip
                 log.info("warm-up: %s budget %d T=%g in %.2f s", method, budget, temperature, time.perf_counter() - t0)
-        if graphs and "ar" in cfg.methods:  # AR prefills are captured per power-of-two prompt bucket
+        # prefills are captured per power-of-two prompt bucket: AR's, and each greedy speculative round's (on
+        # attention-only targets; a hybrid's prefill stays eager and this captures nothing more for it)
+        for method, budget in cfg.configurations() if graphs else []:
             n = 16
             while not self._stopping.is_set():
                 length = min(n, cfg.context_len - 1)
-                llm.generate([ids[0]] * length, method="ar", temperature=0.0, chat=False, max_new_tokens=1, seed=0)
+                llm.generate([ids[0]] * length, method=method, budget=max(budget, 1), temperature=0.0, chat=False,
+                             max_new_tokens=1, seed=0)  # fmt: skip
                 if length < n:
                     break
                 n *= 2

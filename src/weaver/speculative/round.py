@@ -163,6 +163,25 @@ def speculative_prefill(
     return state
 
 
+def padded_speculative_prefill(
+    target: Decoder, drafter, state: RoundState, tokens: torch.Tensor, count: torch.Tensor, params: SamplingParams,
+    options: RuntimeOptions,
+) -> torch.Tensor:
+    """`speculative_prefill` from empty caches over a padded prompt (tokens [1, bucket], the first count[0] real),
+    with no host sync: one captured graph per bucket (attention-only targets: pad K/V land past the committed
+    length and pad features in the drafter's scratch slot, where nothing reads them). Greedy or generator-free
+    sampling only. Returns the root [B]."""
+    cache = state.cache
+    cache.lengths.zero_()
+    state.context.lengths.zero_()
+    out = target(tokens, cache, select=count[:, None] - 1, capture_layers=tuple(drafter.config.target_layer_ids))
+    cache.lengths.copy_(count)  # the pads are not committed
+    state.root.copy_(sample_next_token(out.logits[:, 0], params, None, options))
+    state.target_hidden.copy_(out.hidden[:, 0])
+    drafter.append_context(state.context, out.captured, counts=count)
+    return state.root
+
+
 # ---------------------------------------------------------------- autoregressive decoding: a one-node round
 def ar_stages(
     target: Decoder, params: SamplingParams, generator: torch.Generator | None, options: RuntimeOptions,
