@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import torch
 
@@ -51,9 +52,8 @@ def main() -> int:
             r = rows[-1]
             print(f"{model:<16} {'fused' if r['fused'] else 'torch'} step: {r['round_ms']:.3f} ms "
                   f"({r['tok_per_s']:.0f} tok/s)", flush=True)
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(rows, f, indent=1)
+            if args.out:  # after every row: a run cut short keeps what it measured
+                Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

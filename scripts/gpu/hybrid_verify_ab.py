@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import torch
 
@@ -40,9 +41,8 @@ def main() -> int:
             rows.append(row)
             print(f"verify {kind:<5} N={n:>3} {'compiled' if row['compiled'] else 'eager':>8}: {row['ms']:.3f} ms "
                   f"(row took {row['wall_s']:.0f} s)", flush=True)
-            if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(rows, f, indent=1)
+            if args.out:  # after every row: a run cut short keeps what it measured
+                Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 
