@@ -164,3 +164,27 @@ def test_every_configuration_compiles_its_own_stages(monkeypatch, caplog):
     hits = [r.getMessage() for r in caplog.records if "recompile_limit" in r.getMessage()]
     assert not hits, hits[:2]
     assert len(llm.engine._captured) == 16
+
+
+@pytest.mark.parametrize("method,budget", [("chain", 16), ("weaver", 64)])
+def test_rounds_queued_ahead_keep_the_tokens(llm, monkeypatch, method, budget):
+    """Untimed captured rounds: the next round is queued before the last one is read while it is needed even
+    if every round in flight emits its most; the tokens stay ar's, whatever length is asked for."""
+    from weaver.speculative import readback
+
+    most = []
+    submit = readback.ChunkReadback.submit
+
+    def counting_submit(self, count):
+        submit(self, count)
+        most.append(len(self.pending))
+
+    monkeypatch.setattr(readback.ChunkReadback, "submit", counting_submit)
+    prompt = [5, 17, 42, 8]
+    want = {n: run(llm, "ar", 1, "off", prompt, n=n).token_ids for n in (40, 17, 3)}
+    llm.engine.options = llm.engine.options.replace(cuda_graphs="round")
+    for n, tokens in want.items():
+        most.clear()
+        out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=n, ignore_eos=True)
+        assert out.token_ids == tokens and len(tokens) == n
+        assert max(most) == (2 if n >= 33 else 1)  # ahead only while 2 x 16 tokens are still wanted

@@ -143,11 +143,23 @@ class Engine:
             if runner.fixed_count:  # one token a round: the chunk's tokens are known before it is read
                 remaining -= count
 
+        def ahead() -> bool:
+            """Whether to queue the next chunk before reading the oldest: the device works on while the caller
+            takes its tokens. AR: on CUDA, whenever tokens are still wanted. A captured speculative round emits
+            1..width tokens: only if it is needed even when every round in flight emits its most (so no round
+            runs that the one-at-a-time loop would not), and not while timing (a replay's events are reused)."""
+            if len(readback.pending) >= 2 or remaining <= 0:
+                return False
+            if runner.fixed_count:
+                return self.device.type == "cuda"
+            return runner.captured is not None and not self.timing and (
+                remaining >= runner.width * (len(readback.pending) + 1))
+
         if remaining > 0:
             queue_chunk()
         while readback.pending:
-            if runner.fixed_count and remaining > 0 and self.device.type == "cuda":
-                queue_chunk()  # the next chunk runs on the device while the caller takes this one
+            if ahead():
+                queue_chunk()
             rows = readback.collect()
             now = time.perf_counter()
             for stage, seconds in runner.stage_seconds(now - t_last).items():
