@@ -144,39 +144,36 @@ def speculative_prefill(
     target: Decoder, drafter, cache: ModelCache, prompt_ids: list[int], params: SamplingParams, generator,
     options: RuntimeOptions, state: RoundState | None = None,
 ) -> RoundState:
-    """Prefill the prompt, seed the drafter's context with its features, sample the first root.
+    """Prefill the prompt, seed the drafter's context with its features, sample the first root (from an empty
+    `cache`; `padded_speculative_prefill` with no padding).
 
     With `state` (whose cache is `cache`), its tensors are refilled in place: captured rounds keep their
     addresses.
     """
-    prompt = torch.tensor([prompt_ids], dtype=torch.long, device=target.device)
-    out = target(prompt, cache, last_only=True, capture_layers=tuple(drafter.config.target_layer_ids))
-    root = sample_next_token(out.logits[:, -1], params, generator, options)
+    dev = target.device
     if state is None:
-        state = RoundState(cache=cache, root=root, context=drafter.new_context(1, cache.capacity),
-                           target_hidden=out.hidden[:, -1].clone())  # fmt: skip
-    else:
-        state.context.lengths.zero_()
-        state.root.copy_(root)
-        state.target_hidden.copy_(out.hidden[:, -1])
-    drafter.append_context(state.context, out.captured)
+        state = RoundState(cache=cache, root=torch.zeros(1, dtype=torch.long, device=dev),
+                           context=drafter.new_context(1, cache.capacity),
+                           target_hidden=torch.zeros(1, target.config.hidden_size, dtype=target.dtype, device=dev))
+    prompt = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
+    count = torch.tensor([len(prompt_ids)], dtype=torch.long, device=dev)
+    padded_speculative_prefill(target, drafter, state, prompt, count, params, options, generator)
     return state
 
 
 def padded_speculative_prefill(
     target: Decoder, drafter, state: RoundState, tokens: torch.Tensor, count: torch.Tensor, params: SamplingParams,
-    options: RuntimeOptions,
+    options: RuntimeOptions, generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """`speculative_prefill` from empty caches over a padded prompt (tokens [1, bucket], the first count[0] real),
     with no host sync: one captured graph per bucket (attention-only targets: pad K/V land past the committed
-    length and pad features in the drafter's scratch slot, where nothing reads them). Greedy or generator-free
-    sampling only. Returns the root [B]."""
+    length and pad features in the drafter's scratch slot, where nothing reads them). Returns the root [B]."""
     cache = state.cache
     cache.lengths.zero_()
     state.context.lengths.zero_()
     out = target(tokens, cache, select=count[:, None] - 1, capture_layers=tuple(drafter.config.target_layer_ids))
     cache.lengths.copy_(count)  # the pads are not committed
-    state.root.copy_(sample_next_token(out.logits[:, 0], params, None, options))
+    state.root.copy_(sample_next_token(out.logits[:, 0], params, generator, options))
     state.target_hidden.copy_(out.hidden[:, 0])
     drafter.append_context(state.context, out.captured, counts=count)
     return state.root
