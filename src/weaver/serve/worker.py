@@ -161,9 +161,10 @@ class EngineWorker:
                 llm.generate(ids, method=method, budget=max(budget, 1), temperature=temperature, chat=False,
                              max_new_tokens=WARMUP_TOKENS, ignore_eos=True, seed=0)  # fmt: skip
                 log.info("warm-up: %s budget %d T=%g in %.2f s", method, budget, temperature, time.perf_counter() - t0)
-        # prefills are captured per power-of-two prompt bucket: AR's, and each greedy speculative round's (on
-        # attention-only targets; a hybrid's prefill stays eager and this captures nothing more for it)
-        for method, budget in cfg.configurations() if graphs else []:
+        # prefills are captured per power-of-two prompt bucket: AR's and each greedy speculative round's, on
+        # attention-only targets (a hybrid's prefill runs eager at the prompt's length: nothing to capture)
+        bucketed = graphs and not llm.model.config.has_gdn
+        for method, budget in cfg.configurations() if bucketed else []:
             n = 16
             while not self._stopping.is_set():
                 length = min(n, cfg.context_len - 1)
