@@ -108,9 +108,8 @@ class Decoder(nn.Module):
         b, t = tokens.shape
         step = build_step(
             cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window(),
-            ancestors=ancestors,
+            ancestors=ancestors, options=self.options,
         )
-        step.options = self.options
         if step.is_tree and self.config.has_gdn:
             step.tree_structure = backend.build_tree_structure(parents, self.options)
         x = self.model.embed_tokens(tokens)

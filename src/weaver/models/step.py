@@ -39,10 +39,14 @@ def build_step(
     depth: torch.Tensor | None = None,
     sliding_window: int | None = None,
     ancestors: torch.Tensor | None = None,
+    options: RuntimeOptions = DEFAULT_OPTIONS,
 ) -> StepInputs:
     """Inputs for a forward over `num_tokens` new tokens per row after `lengths` committed ones.
 
     ancestors: the tree's [B, T, T] ancestor-or-self mask when the caller has it (else computed here).
+    options: the GDN / conv paths of the forward. Every field is passed to StepInputs explicitly: under
+    torch.compile a dataclass default that is an object (DEFAULT_OPTIONS) breaks the graph (dynamo cannot
+    wrap it), which split every compiled forward into four graphs with eager code between them.
     """
     device = lengths.device
     batch = lengths.shape[0]
@@ -67,5 +71,6 @@ def build_step(
         too_old = positions[:, :, None] - slot_pos[:, None, :] >= sliding_window  # [B, T, S]
         window_mask = attn_mask & ~too_old[:, None]
     return StepInputs(
-        positions=positions, slots=slots, attn_mask=attn_mask, window_mask=window_mask, parents=parents
+        positions=positions, slots=slots, attn_mask=attn_mask, window_mask=window_mask, parents=parents,
+        tree_structure=None, options=options,
     )
