@@ -31,3 +31,18 @@ def test_a_capturing_generation_is_timed_again_and_a_warm_one_is_not() -> None:
     assert llm.calls == ["weaver"] * 3 and again.call == 3
     warm_generate(llm, "p", method="ar")
     assert llm.calls[-2:] == ["ar", "ar"]
+
+
+def test_weaver_widths_add_runs_and_keys_of_their_own() -> None:
+    from weaver.bench.acceptance import _runs, summarise
+
+    runs = _runs(["chain", "ddtree", "weaver"], [16, 64], 15, [0, 4])
+    assert runs == [("chain", 15, 0), ("ddtree", 16, 0), ("ddtree", 64, 0), ("weaver", 16, 0), ("weaver", 16, 4),
+                    ("weaver", 64, 0), ("weaver", 64, 4)]  # fmt: skip
+    stats = {"rounds": 2, "accepted_per_depth": [1, 1], "tok_s": 10.0}
+    records = [{"workload": "gsm", "ar": {**stats, "tau": 1.0}, "runs": [
+        {"method": "weaver", "budget": 16, "w": None, "greedy": True, **stats, "tau": 3.0},
+        {"method": "weaver", "budget": 16, "w": 4, "greedy": True, **stats, "tau": 2.0}]}]
+    summary = summarise(records)
+    assert sorted(summary) == ["ar/0", "weaver/16", "weaver/16/w4"]
+    assert summary["weaver/16"]["macro_tau"] == 3.0 and summary["weaver/16/w4"]["macro_tau"] == 2.0

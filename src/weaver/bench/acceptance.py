@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", nargs="+", default=["chain", "ddtree", "weaver"])
     parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128])
     parser.add_argument("--chain-budget", type=int, default=15, help="chain drafts (block 16: 15)")
+    parser.add_argument("--weaver-widths", nargs="+", type=int, default=[0],
+                        help="weaver's w (nodes expanded per adapter step) to run at each budget; 0: the builder's "
+                             "default ceil(budget / 16). Fewer, wider steps make the build cheaper")
     parser.add_argument("--sampled-budget", type=int, default=64, help="budget of the T=1 runs (0: skip them)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--device", default=None)
@@ -46,10 +49,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_runtime_arguments(parser)
 
 
-def _runs(methods: list[str], budgets: list[int], chain_budget: int) -> list[tuple[str, int]]:
+def _runs(methods: list[str], budgets: list[int], chain_budget: int,
+          widths: list[int] = (0,)) -> list[tuple[str, int, int]]:  # fmt: skip
+    """(method, budget, w) of every speculative run; w = 0: the builder's default (and the only one but weaver's)."""
     out = []
     for m in methods:
-        out += [(m, chain_budget)] if m == "chain" else [(m, b) for b in budgets]
+        if m == "chain":
+            out.append((m, chain_budget, 0))
+        else:
+            out += [(m, b, w) for b in budgets for w in (widths if m == "weaver" else [0])]
     return out
 
 
@@ -62,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter,
                      options=runtime_options(args))
     prompts = {w: _prompts(w, args.limit, args.eval_dir) for w in args.workloads}
-    runs = _runs(args.methods, args.budgets, args.chain_budget)
+    runs = _runs(args.methods, args.budgets, args.chain_budget, args.weaver_widths)
     records = []
     total = sum(len(p) for p in prompts.values()) * (1 + len(runs) + (2 if args.sampled_budget else 0))
     bar = tqdm(total=total, desc="acceptance", unit="gen")
@@ -73,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
             ar = gen(method="ar")
             bar.update()
             rec = {"workload": workload, "id": item.id, "ar": _stats(ar), "runs": []}
-            for method, budget in runs:
-                out = gen(method=method, budget=budget)
-                rec["runs"].append({"method": method, "budget": budget, "greedy": True,
+            for method, budget, w in runs:
+                out = gen(method=method, budget=budget, builder_options={"w": w} if w else None)
+                rec["runs"].append({"method": method, "budget": budget, "w": w or None, "greedy": True,
                                     "equal_to_ar": out.token_ids == ar.token_ids, **_stats(out)})
                 bar.update()
             if args.sampled_budget:
@@ -96,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "report.md").write_text(markdown(report))
     plot(report["summary"], out / "tau.png")
     print(markdown(report))
-    bad = [(r["workload"], r["id"], x["method"], x["budget"]) for r in records for x in r["runs"]
+    bad = [(r["workload"], r["id"], x["method"], x["budget"], x.get("w")) for r in records for x in r["runs"]
            if x.get("equal_to_ar") is False]
     if bad:
         print(f"error: {len(bad)} greedy outputs differ from ar: {bad[:5]}", file=sys.stderr)
@@ -138,8 +146,9 @@ def summarise(records: list[dict]) -> dict:
         rows = [("ar", 0, True, None, rec["ar"])] + [
             (x["method"], x["budget"], x["greedy"], x.get("rule"), x) for x in rec["runs"]]
         for method, budget, greedy, rule, x in rows:
-            key = f"{method}/{budget}" + ("" if greedy else f"/T=1/{rule}")
-            w = keys.setdefault(key, {"method": method, "budget": budget, "greedy": greedy, "rule": rule,
+            width = x.get("w")
+            key = f"{method}/{budget}" + (f"/w{width}" if width else "") + ("" if greedy else f"/T=1/{rule}")
+            w = keys.setdefault(key, {"method": method, "budget": budget, "w": width, "greedy": greedy, "rule": rule,
                                       "per_workload": {}})["per_workload"].setdefault(rec["workload"], [])
             w.append(x)
     for entry in keys.values():
@@ -195,8 +204,11 @@ def plot(summary: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for method in sorted({e["method"] for e in summary.values() if e["method"] != "ar"}):
-        pts = sorted((e["budget"], e["macro_tau"]) for e in summary.values() if e["method"] == method and e["greedy"])
+    lines = sorted({(e["method"], e.get("w") or 0) for e in summary.values() if e["method"] != "ar"})
+    for method, width in lines:
+        pts = sorted((e["budget"], e["macro_tau"]) for e in summary.values()
+                     if e["method"] == method and (e.get("w") or 0) == width and e["greedy"])
+        method = f"{method} w={width}" if width else method
         if len(pts) == 1:
             ax.axhline(pts[0][1], linestyle="--", label=f"{method} (budget {pts[0][0]})")
         else:
