@@ -83,15 +83,22 @@ def gdn_decode(mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps: float, 
     return launch(gdn_decode_op, "weaver.kernels.triton.gdn_decode", "gdn_decode", *args)
 
 
-def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options: RuntimeOptions):
-    """Tree verify from the committed `state` (read only); returns (o, aux for the commit)."""
+def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options: RuntimeOptions,
+             aux_out: gdn_ref.GDNTreeAux | None = None):
+    """Tree verify from the committed `state` (read only); returns (o, aux for the commit). With `aux_out` (the
+    layer's slot of the stacked factors) the factors land there and aux is aux_out."""
     tri = _tree_ops(options, q)
     if tri is not None:
         return tri.gdn_tree(
             q, k, v, g, beta, structure if structure is not None else parents,
-            initial_state=state, use_qk_l2norm=True,
+            initial_state=state, use_qk_l2norm=True, aux_out=aux_out,
         )
-    return gdn_ref.gdn_tree(q, k, v, g, beta, parents, initial_state=state, use_qk_l2norm=True)
+    o, aux = gdn_ref.gdn_tree(q, k, v, g, beta, parents, initial_state=state, use_qk_l2norm=True)
+    if aux_out is None:
+        return o, aux
+    for dst, src in zip(aux_out, aux, strict=True):
+        dst.copy_(src)
+    return o, aux_out
 
 
 def gdn_tree_commit(aux, path: torch.Tensor, state: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
@@ -107,11 +114,14 @@ def causal_conv1d(x, weight, state):
     return conv_ref.causal_conv1d(x, weight, state, activation="silu")
 
 
-def tree_conv1d(x, weight, parents, state, structure, options: RuntimeOptions):
-    """Each node's window is itself and its 3 nearest ancestors (DESIGN §4.5)."""
+def tree_conv1d(x, weight, parents, state, structure, options: RuntimeOptions, x_out: torch.Tensor | None = None):
+    """Each node's window is itself and its 3 nearest ancestors (DESIGN §4.5); `x_out` (the layer's slot of the
+    stacked pre-conv inputs) also receives x, for the commit."""
     tri = _tree_ops(options, x)
     if tri is not None:
-        return tri.tree_conv1d(x, weight, structure if structure is not None else parents, state)
+        return tri.tree_conv1d(x, weight, structure if structure is not None else parents, state, x_out=x_out)
+    if x_out is not None:
+        x_out.copy_(x)
     return conv_ref.tree_conv1d(x, weight, parents, state, activation="silu")
 
 
@@ -121,6 +131,58 @@ def conv_state_commit(x, path, state, options: RuntimeOptions):
     if tri is not None:
         return tri.conv_state_commit(x, path, state)
     return conv_ref.conv_state_commit(x, path, state)
+
+
+@torch.library.custom_op("weaver::gdn_tree_commit_stacked", mutates_args=("state",))
+def gdn_tree_commit_stacked_op(
+    k: torch.Tensor, delta: torch.Tensor, G: torch.Tensor, path: torch.Tensor, state: torch.Tensor
+) -> None:
+    """`weaver.kernels.triton.gdn_commit.gdn_tree_commit_stacked` as a custom op: torch.compile sees the write into
+    `state` as a mutation of its input (kept in place) instead of a new tensor copied back."""
+    from weaver.kernels.triton.gdn_commit import gdn_tree_commit_stacked as kernel
+
+    kernel(k, delta, G, path, state)
+
+
+@gdn_tree_commit_stacked_op.register_fake
+def _gdn_tree_commit_stacked_fake(k, delta, G, path, state) -> None:
+    return None
+
+
+@torch.library.custom_op("weaver::conv_state_commit_stacked", mutates_args=("state",))
+def conv_state_commit_stacked_op(x: torch.Tensor, path: torch.Tensor, state: torch.Tensor) -> None:
+    """`weaver.kernels.triton.conv.conv_state_commit_stacked` as a custom op (in place under torch.compile)."""
+    from weaver.kernels.triton.conv import conv_state_commit_stacked as kernel
+
+    kernel(x, path, state)
+
+
+@conv_state_commit_stacked_op.register_fake
+def _conv_state_commit_stacked_fake(x, path, state) -> None:
+    return None
+
+
+def commit_stacked(
+    k: torch.Tensor,  # [L, B, T, H, K] float32: every GDN layer's tree factors (gdn_tree's aux_out slots)
+    delta: torch.Tensor,  # [L, B, T, HV, V] float32
+    G: torch.Tensor,  # [L, B, T, HV] float32
+    x: torch.Tensor,  # [L, B, T, C]: every GDN layer's pre-conv inputs (tree_conv1d's x_out slots)
+    path: torch.Tensor,  # [B, P] accepted node ids root..leaf, -1 padded
+    states: torch.Tensor,  # [L, B, HV, K, V] float32, committed states (updated in place)
+    convs: torch.Tensor,  # [L, B, C, W-1] committed conv windows (updated in place)
+    options: RuntimeOptions,
+) -> None:
+    """Fold the accepted path into every GDN layer's state and conv window: two launches for all layers (the
+    kernels), or per layer with the torch references (their results copied in)."""
+    if _tree_ops(options, states) is not None:
+        launch(gdn_tree_commit_stacked_op, "weaver.kernels.triton.gdn_commit", "gdn_tree_commit_stacked",
+               k, delta, G, path, states)  # fmt: skip
+        launch(conv_state_commit_stacked_op, "weaver.kernels.triton.conv", "conv_state_commit_stacked", x, path, convs)
+        return
+    for layer in range(states.shape[0]):
+        aux = gdn_ref.GDNTreeAux(k=k[layer], delta=delta[layer], G=G[layer])
+        states[layer].copy_(gdn_ref.gdn_tree_commit(aux, path, states[layer]))
+        convs[layer].copy_(conv_ref.conv_state_commit(x[layer], path, convs[layer]))
 
 
 def build_tree_structure(parents: torch.Tensor, options: RuntimeOptions):

@@ -14,7 +14,7 @@ from torch import nn
 
 from weaver.kernels import gdn as backend
 from weaver.models.attention import Attention
-from weaver.models.cache import GDNCache, ModelCache, allocate_cache
+from weaver.models.cache import GDNCache, ModelCache, allocate_cache, allocate_tree_scratch
 from weaver.models.config import ModelConfig
 from weaver.models.gdn import GatedDeltaNet
 from weaver.models.mlp import MLP
@@ -110,9 +110,12 @@ class Decoder(nn.Module):
             cache.lengths, t, cache.capacity, parents, depth, sliding_window=self._sliding_window(),
             ancestors=ancestors, options=self.options,
         )
+        x = self.model.embed_tokens(tokens)
         if step.is_tree and self.config.has_gdn:
             step.tree_structure = backend.build_tree_structure(parents, self.options)
-        x = self.model.embed_tokens(tokens)
+            if cache.stacked_gdn is not None:  # every GDN layer leaves its commit inputs in one stacked buffer
+                step.gdn_scratch = allocate_tree_scratch(self.config, b, t, x.device, x.dtype)
+            cache.gdn_tree = step.gdn_scratch
         rope = rope_cos_sin(step.positions, self.rope_inv_freq, x.dtype)
         captured = []
         for i, layer in enumerate(self.model.layers):
@@ -140,9 +143,14 @@ class Decoder(nn.Module):
         src = base + path.clamp(min=0)
         dst = torch.where(path >= 0, base + offsets, src)  # padded entries copy a slot onto itself
         cache.compact_attention(src, dst)  # every attention layer at once
-        for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
-            if isinstance(layer_cache, GDNCache):
-                layer.linear_attn.commit(layer_cache, path, self.options)
+        if cache.gdn_tree is not None and cache.stacked_gdn is not None:  # every GDN layer at once, in place
+            scratch = cache.gdn_tree
+            backend.commit_stacked(scratch.k, scratch.delta, scratch.G, scratch.x, path, *cache.stacked_gdn,
+                                   self.options)  # fmt: skip
+        else:
+            for layer, layer_cache in zip(self.model.layers, cache.layers, strict=True):
+                if isinstance(layer_cache, GDNCache):
+                    layer.linear_attn.commit(layer_cache, path, self.options)
         cache.lengths.add_(num_accepted)
 
     def _sliding_window(self) -> int | None:

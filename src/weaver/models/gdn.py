@@ -58,8 +58,11 @@ class GatedDeltaNet(nn.Module):
             b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
         # mixed: [B, T, C] raw pre-conv inputs
         weight = self.conv1d.weight[:, 0, :]  # [C, W]
+        # a verify of the whole model hands each layer its slots of the stacked commit inputs
+        slots = step.gdn_scratch.layer(cache.index) if step.is_tree and step.gdn_scratch is not None else None
         if step.is_tree:
-            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure, step.options)
+            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure, step.options,
+                                           x_out=None if slots is None else slots[1])  # fmt: skip
         else:
             conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
             cache.conv.copy_(new_conv)
@@ -74,8 +77,9 @@ class GatedDeltaNet(nn.Module):
         beta = torch.sigmoid(b_raw).float()
         g = -self.A_log.float().exp() * F.softplus(a_raw.float() + self.dt_bias.float())
         if step.is_tree:
-            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure, step.options)
-            cache.aux, cache.tree_x = aux, mixed
+            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure, step.options,
+                                      aux_out=None if slots is None else slots[0])  # fmt: skip
+            cache.aux, cache.tree_x = aux, mixed if slots is None else slots[1]
         else:
             o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state, step.options)
             cache.state.copy_(new_state)

@@ -24,6 +24,7 @@ class StepInputs:
     window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
     parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
     tree_structure: object | None = None  # kernel-side tree structure, built once per verify
+    gdn_scratch: object | None = None  # models.cache.GDNTreeScratch: where a verify's GDN layers leave commit inputs
     options: RuntimeOptions = DEFAULT_OPTIONS  # which GDN / conv paths the layers take
 
     @property
@@ -72,5 +73,5 @@ def build_step(
         window_mask = attn_mask & ~too_old[:, None]
     return StepInputs(
         positions=positions, slots=slots, attn_mask=attn_mask, window_mask=window_mask, parents=parents,
-        tree_structure=None, options=options,
+        tree_structure=None, gdn_scratch=None, options=options,
     )

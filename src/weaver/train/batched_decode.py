@@ -25,12 +25,13 @@ def row_view(cache: ModelCache, start: int, stop: int) -> ModelCache:
     layers: list[AttentionCache | GDNCache] = []
     for layer in cache.layers:
         if isinstance(layer, GDNCache):
-            layers.append(GDNCache(state=layer.state[start:stop], conv=layer.conv[start:stop]))
+            layers.append(GDNCache(state=layer.state[start:stop], conv=layer.conv[start:stop], index=layer.index))
         else:
             layers.append(AttentionCache(k=layer.k[start:stop], v=layer.v[start:stop]))
     stacked = tuple(x[:, start:stop] for x in cache.stacked_kv)
+    gdn = None if cache.stacked_gdn is None else tuple(x[:, start:stop] for x in cache.stacked_gdn)
     return ModelCache(lengths=cache.lengths[start:stop], layers=layers, capacity=cache.capacity,
-                      stacked_kv=stacked)
+                      stacked_kv=stacked, stacked_gdn=gdn)
 
 
 def _next_tokens(logits: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:

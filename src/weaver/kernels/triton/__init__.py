@@ -6,6 +6,8 @@
     o, aux = wt.gdn_tree(q, k, v, g, beta, tree, initial_state=h0)
     h_new = wt.gdn_tree_commit(aux, path, h0)            # after acceptance
     conv_new = wt.conv_state_commit(x, path, conv_state)
+    wt.gdn_tree_commit_stacked(k, delta, G, path, states)  # or every layer at once, in place ([L, ...] stacks)
+    wt.conv_state_commit_stacked(xs, path, convs)
 
 Each function matches `weaver.ops.gdn` / `weaver.ops.conv` (a raw parents tensor works in place of the
 TreeStructure). Every kernel has a fixed launch configuration, so under `TRITON_INTERPRET=1` (set by the test
@@ -23,10 +25,12 @@ __all__ = [
     "TreeStructure",
     "build_tree_structure",
     "conv_state_commit",
+    "conv_state_commit_stacked",
     "decode_attention",
     "fused_gemv",
     "gdn_tree",
     "gdn_tree_commit",
+    "gdn_tree_commit_stacked",
     "qkv_rope_kv",
     "tree_attention",
     "rope_table",
@@ -49,9 +53,9 @@ def triton_available() -> bool:
 
 
 if importlib.util.find_spec("triton") is not None:
-    from weaver.kernels.triton.conv import conv_state_commit, tree_conv1d
+    from weaver.kernels.triton.conv import conv_state_commit, conv_state_commit_stacked, tree_conv1d
     from weaver.kernels.triton.decode import decode_attention, fused_gemv
-    from weaver.kernels.triton.gdn_commit import gdn_tree_commit
+    from weaver.kernels.triton.gdn_commit import gdn_tree_commit, gdn_tree_commit_stacked
     from weaver.kernels.triton.gdn_tree import GDNTreeConfig, gdn_tree
     from weaver.kernels.triton.qkv_rope import qkv_rope_kv
     from weaver.kernels.triton.structure import TreeStructure, build_tree_structure
@@ -62,5 +66,6 @@ else:  # keep the names importable; calling them explains what is missing
         raise RuntimeError("weaver.kernels.triton needs the `triton` package (pip install triton)")
 
     conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = qkv_rope_kv = _missing
+    conv_state_commit_stacked = gdn_tree_commit_stacked = _missing
     decode_attention = fused_gemv = tree_attention = tree_attention_rope = tree_rope_kv_write = rope_table = _missing
     GDNTreeConfig = TreeStructure = None

@@ -17,7 +17,7 @@ from weaver.kernels.triton._utils import check_device, next_pow2
 from weaver.kernels.triton.structure import TreeStructure
 from weaver.ops.conv import check_conv_args
 
-__all__ = ["conv_state_commit", "tree_conv1d"]
+__all__ = ["conv_state_commit", "conv_state_commit_stacked", "tree_conv1d"]
 
 
 @triton.jit
@@ -27,6 +27,7 @@ def tree_conv1d_kernel(
     parents,
     state,
     y,
+    x_out,
     N,
     C,
     W: tl.constexpr,
@@ -34,6 +35,7 @@ def tree_conv1d_kernel(
     BC: tl.constexpr,
     USE_STATE: tl.constexpr,
     SILU: tl.constexpr,
+    STORE_X: tl.constexpr,
 ):
     i_c, i_n, i_b = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     o_n = i_n * BN + tl.arange(0, BN)
@@ -42,6 +44,8 @@ def tree_conv1d_kernel(
     m_c = o_c < C
     S: tl.constexpr = W - 1
     b_x = tl.load(x + (i_b * N + o_n[:, None]) * C + o_c[None, :], mask=m_n[:, None] & m_c[None, :], other=0)
+    if STORE_X:  # keep the raw inputs for the commit (each tile is loaded by exactly one program)
+        tl.store(x_out + (i_b * N + o_n[:, None]) * C + o_c[None, :], b_x, mask=m_n[:, None] & m_c[None, :])
     b_w = tl.load(weight + o_c * W + (W - 1), mask=m_c, other=0).to(tl.float32)
     b_y = b_x.to(tl.float32) * b_w[None, :]
     # e >= 0: a node id; e < 0: state column S + e (below 0: zeros)
@@ -70,9 +74,13 @@ def tree_conv1d_kernel(
 
 @triton.jit
 def conv_state_commit_kernel(
-    x, path, state, out, N, C, P, S: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr, BP: tl.constexpr
+    x, path, state, out, B, N, C, P, stride_sl, S: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr,
+    BP: tl.constexpr, IN_PLACE: tl.constexpr,
 ):
-    i_c, i_b = tl.program_id(0), tl.program_id(1).to(tl.int64)
+    i_c, i_b, i_l = tl.program_id(0), tl.program_id(1).to(tl.int64), tl.program_id(2).to(tl.int64)
+    x += i_l * B * N * C  # layer i_l of the stacked inputs (0 for one layer)
+    state += i_l * stride_sl
+    out += i_l * stride_sl
     o_c = i_c * BC + tl.arange(0, BC)
     m_c = o_c < C
     o_p = tl.arange(0, BP)
@@ -91,6 +99,8 @@ def conv_state_commit_kernel(
         state + (i_b * C + o_c[:, None]) * S + b_idx[None, :], mask=m_c[:, None] & m_st[None, :], other=0
     )
     b_out = tl.where(m_pa[None, :], b_from_x.to(tl.float32), b_from_s.to(tl.float32))
+    if IN_PLACE:  # column s is written from column n + s: every thread's loads before any thread's store
+        tl.debug_barrier()
     tl.store(
         out + (i_b * C + o_c[:, None]) * S + o_s[None, :],
         b_out.to(out.dtype.element_ty),
@@ -105,6 +115,7 @@ def tree_conv1d(
     state: torch.Tensor | None = None,
     activation: str | None = "silu",
     *,
+    x_out: torch.Tensor | None = None,
     BN: int = 16,
     BC: int = 128,
 ) -> torch.Tensor:
@@ -115,6 +126,8 @@ def tree_conv1d(
         parents: LongTensor [B, N] or a TreeStructure (its parents are used).
         state: [B, C, W-1] committed raw inputs before the root, oldest first (None = zeros).
         activation: None or "silu".
+        x_out: optional contiguous [B, N, C] tensor of x's dtype that receives a copy of x (the commit's slot in
+            the stacked inputs of every layer, written by the same launch: no extra copy kernel).
     Returns:
         y: [B, N, C] in x's dtype.
     """
@@ -123,7 +136,9 @@ def tree_conv1d(
     B, N, C = x.shape
     if par.shape != (B, N):
         raise ValueError(f"parents must be [B, N] = {(B, N)}, got shape {tuple(par.shape)}")
-    check_device(x, weight, par, state)
+    check_device(x, weight, par, state, x_out)
+    if x_out is not None and (x_out.shape != x.shape or x_out.dtype != x.dtype or not x_out.is_contiguous()):
+        raise ValueError(f"x_out must be contiguous {x.dtype} {tuple(x.shape)}, got {x_out.dtype} {tuple(x_out.shape)}")
     x, weight, par = x.contiguous(), weight.contiguous(), par.contiguous()
     use_state = state is not None and W > 1
     st = state.contiguous() if use_state else x
@@ -131,8 +146,9 @@ def tree_conv1d(
     BC = min(BC, next_pow2(C))
     grid = (triton.cdiv(C, BC), triton.cdiv(N, BN), B)
     tree_conv1d_kernel[grid](
-        x, weight, par, st, y, N, C, W=W, BN=BN, BC=BC, USE_STATE=use_state, SILU=activation == "silu", num_warps=4
-    )
+        x, weight, par, st, y, x_out if x_out is not None else y, N, C, W=W, BN=BN, BC=BC, USE_STATE=use_state,
+        SILU=activation == "silu", STORE_X=x_out is not None, num_warps=4,
+    )  # fmt: skip
     return y
 
 
@@ -156,7 +172,41 @@ def conv_state_commit(x: torch.Tensor, path: torch.Tensor, state: torch.Tensor) 
         return out
     x, path, state = x.contiguous(), path.contiguous(), state.contiguous()
     BC = min(128, next_pow2(C))
-    conv_state_commit_kernel[(triton.cdiv(C, BC), B)](
-        x, path, state, out, N, C, path.shape[1], S=S, BS=next_pow2(S, 2), BC=BC, BP=16, num_warps=4
-    )
+    conv_state_commit_kernel[(triton.cdiv(C, BC), B, 1)](
+        x, path, state, out, B, N, C, path.shape[1], 0, S=S, BS=next_pow2(S, 2), BC=BC, BP=16, IN_PLACE=False,
+        num_warps=4,
+    )  # fmt: skip
     return out
+
+
+def conv_state_commit_stacked(x: torch.Tensor, path: torch.Tensor, state: torch.Tensor) -> None:
+    """Every layer's conv window after accepting `path`, written into `state` in place: one launch for L layers.
+
+    Layer l gets `conv_state_commit(x[l], path, state[l])`. x: [L, B, N, C] contiguous (the stacked pre-conv
+    inputs of the tree nodes); path: [B, P] root..leaf node ids, right-padded with -1 (shared by every layer);
+    state: [L, B, C, W-1] in x's dtype, each layer contiguous (rows of a bigger stack are fine). In place is
+    safe: a program reads its whole [BC, W-1] block of `state` before a barrier and writes only that block.
+    """
+    if x.dim() != 4 or state.dim() != 4 or state.shape[:3] != (x.shape[0], x.shape[1], x.shape[3]):
+        raise ValueError(
+            f"need x [L, B, N, C] and state [L, B, C, W-1] with matching L, B, C; got {tuple(x.shape)}, "
+            f"{tuple(state.shape)}"
+        )
+    L, B, N, C = x.shape
+    S = state.shape[3]
+    if path.dim() != 2 or path.shape[0] != B or path.shape[1] < 1:
+        raise ValueError(f"path must be [B, P] with B = {B} and P >= 1, got shape {tuple(path.shape)}")
+    if state.dtype != x.dtype or not x.is_contiguous() or not state[0].is_contiguous():
+        raise ValueError(
+            f"need contiguous x and state layers of one dtype; got x {x.dtype} strides {x.stride()}, state "
+            f"{state.dtype} strides {state.stride()}"
+        )
+    check_device(x, path, state)
+    if S == 0:
+        return
+    path = path.contiguous()
+    BC = min(128, next_pow2(C))
+    conv_state_commit_kernel[(triton.cdiv(C, BC), B, L)](
+        x, path, state, state, B, N, C, path.shape[1], state.stride(0), S=S, BS=next_pow2(S, 2), BC=BC, BP=16,
+        IN_PLACE=True, num_warps=4,
+    )  # fmt: skip

@@ -1,4 +1,4 @@
-r"""Commit fold of the GDN state along the accepted path (DESIGN §4.4), one Triton launch.
+r"""Commit fold of the GDN state along the accepted path (DESIGN §4.4), one Triton launch (for every layer).
 
 For the accepted leaf l (the last valid entry of `path`)::
 
@@ -7,6 +7,11 @@ For the accepted leaf l (the last valid entry of `path`)::
 from the per-node factors (k, Delta, G) that the tree pass kept; no replay of the layer. One program per
 (value block, batch row x value head) holds a [K, BV] fp32 block of the new state; the path is walked in
 chunks of BP nodes (only the valid ones) and each chunk adds one [K, BP] x [BP, BV] dot.
+
+`gdn_tree_commit_stacked` folds every GDN layer at once (the grid's third axis is the layer) into the stacked
+state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [K, BV] block of H0 that it
+writes, no other program touches that block, and every stored element is computed from the load of that same
+element (a data dependence), so no element is overwritten before it has been read.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import triton.language as tl
 from weaver.kernels.triton._utils import check_device, interpreting, mm, next_pow2, precision_code
 from weaver.ops.gdn import GDNTreeAux
 
-__all__ = ["gdn_tree_commit"]
+__all__ = ["gdn_tree_commit", "gdn_tree_commit_stacked"]
 
 
 @triton.jit(do_not_specialize=["T", "P"])
@@ -29,8 +34,10 @@ def gdn_commit_kernel(
     path,
     h0,
     h_out,
+    B,
     T,
     P,
+    stride_hl,
     H: tl.constexpr,
     HV: tl.constexpr,
     K: tl.constexpr,
@@ -42,8 +49,13 @@ def gdn_commit_kernel(
     PREC: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
+    i_v, i_bh, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
+    aux_k += i_l * B * T * H * K  # layer i_l of the stacked factors (0 for one layer)
+    aux_delta += i_l * B * T * HV * V
+    aux_G += i_l * B * T * HV
+    h0 += i_l * stride_hl
+    h_out += i_l * stride_hl
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -118,9 +130,58 @@ def gdn_tree_commit(
         initial_state = initial_state.contiguous()
     h = torch.empty(B, HV, K, V, dtype=torch.float32, device=k.device)
     BV = min(BV, next_pow2(V))
-    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV)](
-        k, delta, G, path, initial_state if initial_state is not None else h, h, T, path.shape[1],
+    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, 1)](
+        k, delta, G, path, initial_state if initial_state is not None else h, h, B, T, path.shape[1], 0,
         H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=initial_state is not None,
         PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
     )  # fmt: skip
     return h
+
+
+def gdn_tree_commit_stacked(
+    k: torch.Tensor,
+    delta: torch.Tensor,
+    G: torch.Tensor,
+    path: torch.Tensor,
+    state: torch.Tensor,
+    *,
+    precision: str = "ieee",
+    BV: int = 32,
+) -> None:
+    """Every layer's state after the last node of `path`, written into `state` in place: one launch for L layers.
+
+    Layer l gets `gdn_tree_commit((k[l], delta[l], G[l]), path, state[l])`.
+
+    Args:
+        k: [L, B, T, H, K], delta: [L, B, T, HV, V], G: [L, B, T, HV]; float32, contiguous (the stacked
+            factors every layer's `gdn_tree` wrote).
+        path: integer tensor [B, P], node ids root..leaf, right-padded with -1 (shared by every layer).
+        state: [L, B, HV, K, V] float32, each layer's [B, HV, K, V] contiguous (rows of a bigger stack are fine).
+        precision, BV: as `gdn_tree_commit`.
+    """
+    if k.dim() != 5 or delta.dim() != 5 or state.dim() != 5:
+        raise ValueError(
+            f"need k [L, B, T, H, K], delta [L, B, T, HV, V] and state [L, B, HV, K, V]; got {tuple(k.shape)}, "
+            f"{tuple(delta.shape)}, {tuple(state.shape)}"
+        )
+    L, B, T, H, K = k.shape
+    HV, V = delta.shape[3], delta.shape[4]
+    if delta.shape[:3] != (L, B, T) or G.shape != (L, B, T, HV) or HV % H != 0:
+        raise ValueError(f"factor shapes disagree: k {tuple(k.shape)}, delta {tuple(delta.shape)}, G {tuple(G.shape)}")
+    if state.shape != (L, B, HV, K, V) or state.dtype != torch.float32 or not state[0].is_contiguous():
+        raise ValueError(
+            f"state must be float32 [L, B, HV, K, V] = {(L, B, HV, K, V)} with contiguous layers, got "
+            f"{state.dtype} {tuple(state.shape)} strides {state.stride()}"
+        )
+    if any(x.dtype != torch.float32 or not x.is_contiguous() for x in (k, delta, G)):
+        raise ValueError("k, delta and G must be contiguous float32 (allocate them stacked)")
+    if path.dim() != 2 or path.shape[0] != B or path.shape[1] < 1:
+        raise ValueError(f"path must be [B, P] with B = {B} and P >= 1, got {tuple(path.shape)}")
+    check_device(k, delta, G, path, state)
+    path = path.contiguous()
+    BV = min(BV, next_pow2(V))
+    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, L)](
+        k, delta, G, path, state, state, B, T, path.shape[1], state.stride(0),
+        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=True,
+        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
+    )  # fmt: skip

@@ -411,9 +411,11 @@ def gdn_tree_fwd(
     config: GDNTreeConfig,
     out_dtype: torch.dtype,
     run_solve: bool = True,
+    aux_out: GDNTreeAux | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
     """Allocate outputs and scratch, launch the prep and solve kernels (inputs already validated).
-    run_solve=False stops after the prep kernel (for stage timing only; o and aux.delta are then garbage)."""
+    run_solve=False stops after the prep kernel (for stage timing only; o and aux.delta are then garbage);
+    aux_out: where the factors go (validated by the caller), else allocated here."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     BT, BV = config.BT, config.BV
@@ -424,7 +426,7 @@ def gdn_tree_fwd(
     dev = q.device
     TP = tile_rows(T, BT)
     o = torch.empty(B, T, HV, V, dtype=out_dtype, device=dev)
-    aux = GDNTreeAux(
+    aux = aux_out if aux_out is not None else GDNTreeAux(
         k=torch.empty(B, T, H, K, dtype=torch.float32, device=dev),
         delta=torch.empty(B, T, HV, V, dtype=torch.float32, device=dev),
         G=torch.empty(B, T, HV, dtype=torch.float32, device=dev),
@@ -473,6 +475,7 @@ def gdn_tree(
     *,
     config: GDNTreeConfig | None = None,
     out_dtype: torch.dtype | None = None,
+    aux_out: GDNTreeAux | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
     """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
 
@@ -485,6 +488,8 @@ def gdn_tree(
         use_qk_l2norm: l2-normalise q and k over K inside the kernel (eps 1e-6 inside the sqrt).
         config: launch configuration; None picks `default_config(T, V)`.
         out_dtype: dtype of o; None means v's dtype (float32 shows the error before output rounding).
+        aux_out: optional contiguous float32 GDNTreeAux to write the factors into (a layer's slot in the
+            stacked factors that one commit launch folds for every layer); returned as aux.
     Returns:
         o: [B, T, HV, V] in v's dtype (or out_dtype).
         aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]), float32, for the commit.
@@ -496,10 +501,16 @@ def gdn_tree(
     if tree.anc.shape != (B, T, T):
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")
     check_device(q, k, v, g, beta, initial_state, tree.anc)
+    if aux_out is not None:
+        check_device(*aux_out)
+        want = ((B, T, H, K), (B, T, HV, V), (B, T, HV))
+        shapes_ok = all(x.shape == s for x, s in zip(aux_out, want, strict=True))
+        if not shapes_ok or any(x.dtype != torch.float32 or not x.is_contiguous() for x in aux_out):
+            raise ValueError(f"aux_out must be contiguous float32 tensors of shapes {want}")
     cfg = config if config is not None else default_config(T, V, q.dtype)
     scale = K**-0.5 if scale is None else scale
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     out_dtype = v.dtype if out_dtype is None else out_dtype
-    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype)
+    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype, aux_out=aux_out)
