@@ -1,6 +1,9 @@
-"""A tiny random DFlash drafter with its target embedding / head, for the drafter tests."""
+"""A tiny random DFlash drafter with its target embedding / head, for the drafter tests; an oracle drafter that
+proposes the true continuation, for the engine tests that must commit long paths."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import torch
 from torch import nn
@@ -49,3 +52,27 @@ def random_features(drafter: DFlashDrafter, batch: int, length: int, seed: int =
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(batch, length, drafter.config.num_target_features * HIDDEN, generator=gen)
 
+
+class OracleDrafter:
+    """Proposes the true greedy continuation at each depth with probability `hit`, noise otherwise."""
+
+    def __init__(self, seq: list[int], vocab: int, hidden: int, depth: int = 15, hit: float = 0.8, seed: int = 0):
+        self.seq, self.vocab, self.hidden, self.depth, self.hit = seq, vocab, hidden, depth, hit
+        self.gen = torch.Generator().manual_seed(seed)
+        self.config = SimpleNamespace(target_layer_ids=[0], block_size=depth + 1)
+
+    def new_context(self, batch_size: int, capacity: int):
+        return SimpleNamespace(lengths=torch.zeros(batch_size, dtype=torch.long))
+
+    def append_context(self, ctx, features, counts=None) -> None:
+        ctx.lengths += features.shape[1] if counts is None else counts
+
+    def draft(self, ctx, root, embed_tokens, lm_head):
+        start = int(ctx.lengths[0])  # position of the root
+        logits = torch.randn(1, self.depth, self.vocab, generator=self.gen)
+        for d in range(self.depth):
+            pos = start + 1 + d
+            if pos < len(self.seq) and torch.rand(1, generator=self.gen).item() < self.hit:
+                logits[0, d, self.seq[pos]] += 8.0
+        hidden = torch.randn(1, self.depth, self.hidden, generator=self.gen)
+        return SimpleNamespace(logits=logits, hidden=hidden)

@@ -8,10 +8,8 @@ conv windows, drafter context) — the part most likely to break losslessness.
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
-import torch
+from helpers.drafters import OracleDrafter
 
 import weaver
 from weaver.speculative.engine import Engine, RoundStats
@@ -38,31 +36,6 @@ def test_random_drafter_greedy_equals_ar(llm, method):
             out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=16, ignore_eos=True)
             assert out.token_ids == ref, f"{method} budget {budget} prompt {prompt}"
             assert out.stats.rounds >= 1 and out.stats.tau >= 1.0
-
-
-class OracleDrafter:
-    """Proposes the true greedy continuation at each depth with probability `hit`, noise otherwise."""
-
-    def __init__(self, seq: list[int], vocab: int, hidden: int, depth: int = 15, hit: float = 0.8, seed: int = 0):
-        self.seq, self.vocab, self.hidden, self.depth, self.hit = seq, vocab, hidden, depth, hit
-        self.gen = torch.Generator().manual_seed(seed)
-        self.config = SimpleNamespace(target_layer_ids=[0], block_size=depth + 1)
-
-    def new_context(self, batch_size: int, capacity: int):
-        return SimpleNamespace(lengths=torch.zeros(batch_size, dtype=torch.long))
-
-    def append_context(self, ctx, features, counts=None) -> None:
-        ctx.lengths += features.shape[1] if counts is None else counts
-
-    def draft(self, ctx, root, embed_tokens, lm_head):
-        start = int(ctx.lengths[0])  # position of the root
-        logits = torch.randn(1, self.depth, self.vocab, generator=self.gen)
-        for d in range(self.depth):
-            pos = start + 1 + d
-            if pos < len(self.seq) and torch.rand(1, generator=self.gen).item() < self.hit:
-                logits[0, d, self.seq[pos]] += 8.0
-        hidden = torch.randn(1, self.depth, self.hidden, generator=self.gen)
-        return SimpleNamespace(logits=logits, hidden=hidden)
 
 
 @pytest.mark.parametrize("method", METHODS)
