@@ -136,7 +136,8 @@ class Decoder(nn.Module):
     def commit(self, cache: ModelCache, path: torch.Tensor, num_accepted: torch.Tensor) -> None:
         """Keep the accepted tree path (node ids [B, P] root..leaf, -1 padded; counts [B] incl. root).
 
-        K/V of path node j moves from slot length+path[j] to slot length+j; GDN states fold the path.
+        K/V of path node j moves from slot length+path[j] to slot length+j; GDN states and conv windows fold the
+        path, every layer at once from the stacked inputs the verify left (layer by layer without them).
         """
         base = cache.lengths[:, None]
         offsets = torch.arange(path.shape[1], device=path.device)[None, :]

@@ -2,7 +2,9 @@
 
 Chain forward (prefill, decode) advances the committed state in place; tree verify runs the tree conv
 and the tree delta rule from the committed state without writing it, stashing (k, delta, G) and the
-pre-conv inputs; `commit` folds the accepted path into the state (no replay of the layer).
+pre-conv inputs (in this layer's slots of the model's stacked `GDNTreeScratch` when the verify gives one, so
+`Decoder.commit` folds every layer at once); `commit` folds the accepted path into this layer's state (no
+replay of the layer).
 """
 
 from __future__ import annotations
