@@ -76,3 +76,24 @@ class OracleDrafter:
                 logits[0, d, self.seq[pos]] += 8.0
         hidden = torch.randn(1, self.depth, self.hidden, generator=self.gen)
         return SimpleNamespace(logits=logits, hidden=hidden)
+
+
+def oracle_generate(llm, prompt: list[int], method: str, budget: int, new_tokens: int, adapter=None,
+                    **oracle_kwargs) -> tuple[list[int], list[int], object]:  # fmt: skip
+    """`llm`'s greedy ar tokens, and those of `method` driven by an OracleDrafter of them (so long paths are
+    accepted and committed), with the round stats: (ar tokens, speculative tokens, stats)."""
+    from weaver.speculative.engine import Engine, RoundStats
+    from weaver.speculative.round import RoundConfig
+    from weaver.speculative.sampling import SamplingParams
+
+    ref = llm.generate(prompt, max_new_tokens=new_tokens, ignore_eos=True).token_ids
+    oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, **oracle_kwargs)
+    engine = Engine(llm.model, llm.options, drafter=oracle, adapter=adapter)
+    cfg = RoundConfig(method=method, budget=budget, rule="greedy", params=SamplingParams())
+    stats = RoundStats()
+    got: list[int] = []
+    for tokens in engine.generate(prompt, cfg, new_tokens, seed=0, stats=stats):
+        got.extend(tokens)
+        if len(got) >= new_tokens:
+            break
+    return ref, got[:new_tokens], stats

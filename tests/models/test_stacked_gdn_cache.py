@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers.drafters import OracleDrafter
+from helpers.drafters import oracle_generate
 from helpers.triton_env import DEVICE  # sets TRITON_INTERPRET before triton loads
 
 import weaver
@@ -20,9 +20,6 @@ from weaver.models.loading import build_model, init_random_weights
 from weaver.models.presets import preset_config
 from weaver.ops.tree import node_depth
 from weaver.options import RuntimeOptions
-from weaver.speculative.engine import Engine, RoundStats
-from weaver.speculative.round import RoundConfig
-from weaver.speculative.sampling import SamplingParams
 from weaver.testing import assert_close, root_path
 
 TORCH, TRITON = RuntimeOptions(kernels="torch"), RuntimeOptions(kernels="triton")
@@ -123,18 +120,8 @@ def test_long_accepted_paths_stay_lossless(llm, monkeypatch) -> None:
     folds: list[int] = []
     kernel = gdn_commit.gdn_tree_commit_stacked
     monkeypatch.setattr(gdn_commit, "gdn_tree_commit_stacked", lambda *a: folds.append(a[0].shape[0]) or kernel(*a))
-    prompt = [5, 17, 42, 8]
-    ref = llm.generate(prompt, max_new_tokens=24, ignore_eos=True).token_ids
-    oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, depth=8, seed=1)
-    engine = Engine(llm.model, llm.options, drafter=oracle, adapter=None)
-    cfg = RoundConfig(method="chain", budget=8, rule="greedy", params=SamplingParams())
-    stats = RoundStats()
-    got: list[int] = []
-    for tokens in engine.generate(prompt, cfg, 24, seed=0, stats=stats):
-        got.extend(tokens)
-        if len(got) >= 24:
-            break
-    assert got[:24] == ref
+    ref, got, stats = oracle_generate(llm, [5, 17, 42, 8], "chain", 8, 24, depth=8, seed=1)
+    assert got == ref
     assert stats.tau > 2.0, f"oracle drafts were not accepted (tau {stats.tau:.2f})"
     if llm.options.force_triton:
         assert len(folds) == stats.rounds and set(folds) == {2}  # one launch a round for both GDN layers

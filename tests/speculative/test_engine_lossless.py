@@ -9,12 +9,9 @@ conv windows, drafter context) — the part most likely to break losslessness.
 from __future__ import annotations
 
 import pytest
-from helpers.drafters import OracleDrafter
+from helpers.drafters import oracle_generate
 
 import weaver
-from weaver.speculative.engine import Engine, RoundStats
-from weaver.speculative.round import RoundConfig
-from weaver.speculative.sampling import SamplingParams
 
 PROMPTS = [[5, 17, 42, 8], [60, 61, 62, 63, 64, 65, 66, 67, 68], [3]]
 METHODS = ["chain", "ddtree", "weaver"]
@@ -41,16 +38,7 @@ def test_random_drafter_greedy_equals_ar(llm, method):
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("budget", BUDGETS)
 def test_oracle_drafter_accepts_long_paths_and_stays_lossless(llm, method, budget):
-    prompt = PROMPTS[1]
-    ref = llm.generate(prompt, max_new_tokens=48, ignore_eos=True).token_ids
-    oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, seed=budget)
-    engine = Engine(llm.model, llm.options, drafter=oracle, adapter=llm.adapter if method == "weaver" else None)
-    cfg = RoundConfig(method=method, budget=budget, rule="greedy", params=SamplingParams())
-    stats = RoundStats()
-    got: list[int] = []
-    for tokens in engine.generate(prompt, cfg, 48, seed=0, stats=stats):
-        got.extend(tokens)
-        if len(got) >= 48:
-            break
-    assert got[:48] == ref
+    ref, got, stats = oracle_generate(llm, PROMPTS[1], method, budget, 48,
+                                      adapter=llm.adapter if method == "weaver" else None, seed=budget)
+    assert got == ref
     assert stats.tau > 2.0, f"oracle drafts were not accepted (tau {stats.tau:.2f})"
