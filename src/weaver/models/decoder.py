@@ -144,8 +144,8 @@ class Decoder(nn.Module):
         src = base + path.clamp(min=0)
         dst = torch.where(path >= 0, base + offsets, src)  # padded entries copy a slot onto itself
         cache.compact_attention(src, dst)  # every attention layer at once
-        if cache.gdn_tree is not None and cache.stacked_gdn is not None:  # every GDN layer at once, in place
-            scratch = cache.gdn_tree
+        scratch = cache.gdn_tree  # set by a tree verify only where the cache has stacked GDN buffers
+        if scratch is not None:  # every GDN layer at once, in place
             backend.commit_stacked(scratch.k, scratch.delta, scratch.G, scratch.x, path, *cache.stacked_gdn,
                                    self.options)  # fmt: skip
         else:
