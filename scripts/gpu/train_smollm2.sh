@@ -81,11 +81,15 @@ drafter)
   ls -la $OUT
   ;;
 finish)
-  [ "${DRAFTER_S:-330}" != 0 ] && resume_drafter  # DRAFTER_S=0: the drafter run is done, the adapter only
+  if [ "${DRAFTER_S:-330}" != 0 ]; then resume_drafter  # DRAFTER_S=0: the drafter run is done, the adapter only
+  elif [ ! -d $W/drafter/final ]; then  # ... on a fresh machine: the adapter trains against DRAFTER_INIT's weights
+    mkdir -p $W/drafter && cp -r ${DRAFTER_INIT:?DRAFTER_S=0 on a fresh machine needs DRAFTER_INIT} $W/drafter/final
+  fi
   train_adapter
-  mkdir -p $W/logs && cp $OUT/*.txt $W/logs/ && cp $W/drafter/history.jsonl $W/logs/drafter_history.jsonl \
-    && cp $W/drafter/plot.png $W/logs/drafter_plot.png && cp $W/weaver/history.jsonl $W/logs/weaver_history.jsonl \
-    && cp $W/weaver/plot.png $W/logs/weaver_plot.png
+  mkdir -p $W/logs && cp $OUT/*.txt $W/logs/
+  for run in drafter weaver; do  # (no drafter run in an adapter-only call)
+    cp $W/$run/history.jsonl $W/logs/${run}_history.jsonl 2>/dev/null; cp $W/$run/plot.png $W/logs/${run}_plot.png 2>/dev/null
+  done
   tar -C $W -cf $OUT/logs.tar logs
   tar -C $W -cf - drafter/final weaver/final | split -b 15M - $OUT/weights.tar.
   mkdir -p ~/cache/runs/drafter ~/cache/runs/weaver && cp -r $W/drafter/final ~/cache/runs/drafter/ \

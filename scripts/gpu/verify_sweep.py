@@ -200,7 +200,7 @@ def precompile(tasks: list[tuple], jobs: int, deadline: float) -> dict[tuple, st
 
 def time_us(kernel: str, name: str, m: int, config: tuple, inputs: list[tuple], replays: int) -> float:
     """Median per-launch device time of one CUDA graph that launches every input set once."""
-    from weaver.speculative.graphs import capture
+    from weaver.speculative.capture import capture
 
     launch(kernel, name, config, inputs[0])  # compiles (or loads) outside the capture
     if DEVICE.type == "cpu":  # --cpu-smoke: the interpreter ran it; no device time to measure
@@ -308,6 +308,7 @@ def report(out: dict) -> str:
 
 
 def main() -> int:
+    global ROWS
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="verify_sweep.json", help="JSON report (its 'best' is a tuning table)")
     parser.add_argument("--budget-s", type=float, default=150.0, help="stop timing new configs after this long")
@@ -317,9 +318,13 @@ def main() -> int:
     parser.add_argument("--replays", type=int, default=15, help="graph replays per config (median)")
     parser.add_argument("--kernels", nargs="*", choices=["gemm_rows", "tree_attention", "tree_rope_kv_write"],
                         default=[], help="sweep only these kernels (default: all)")
+    parser.add_argument("--rows", type=int, nargs="+", default=list(ROWS),
+                        help="row / node counts to sweep (default: 16 and 65; trees of budget 16 / 32 / 128 verify "
+                             "17 / 33 / 129; merge into the packaged table with scripts/gpu/merge_tuning.py)")
     parser.add_argument("--cpu-smoke", action="store_true",
                         help="plumbing check without a GPU: two configs per shape, interpreted, untimed")
     args = parser.parse_args()
+    ROWS = tuple(args.rows)
     if args.wide_k:
         WIDE_K.append(512)
     if args.cpu_smoke:

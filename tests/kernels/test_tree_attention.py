@@ -100,6 +100,20 @@ def test_fused_gemv_rejects_bad_norm_out():
         wt.fused_gemv(x, w, tiles=GemmTiles(16, 8, 16))
 
 
+def test_tuning_falls_back_to_the_nearest_measured_count():
+    """A shape measured at 16 and 65 rows: 17 takes 65's entry, 100 takes 65's, 3 takes 16's; exact keys win;
+    another shape (or a key without a count) has none."""
+    def key(m, n=960):
+        return tuning.gemm_rows_key(n, 576, m, torch.bfloat16, torch.bfloat16, True, False, False, False)
+
+    entries = {key(16): "e16", key(65): "e65", tuning.attention_key(16, 9, 3, 64, torch.bfloat16): "a16"}
+    assert [tuning.nearest_entry(entries, key(m)) for m in (16, 17, 65, 100, 3)] == ["e16", "e65", "e65", "e65", "e16"]
+    assert tuning.nearest_entry(entries, key(17, n=961)) is None
+    assert tuning.nearest_entry(entries, tuning.attention_key(33, 9, 3, 64, torch.bfloat16)) == "a16"
+    assert tuning.nearest_entry(entries, tuning.attention_key(33, 9, 3, 128, torch.bfloat16)) is None
+    assert tuning.nearest_entry(entries, "no-count") is None
+
+
 def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
     """RuntimeOptions.tuning: a kernel takes its shape's entry (here deliberately invalid, so it shows)."""
     x, w = torch.zeros(16, 8, device=DEVICE), torch.zeros(4, 8, device=DEVICE)
@@ -113,7 +127,9 @@ def test_tuning_table_sets_the_launch(tmp_path, monkeypatch):
     assert tuning.tuned("gemm_rows", gemm) == [16, 16, 8, 1, 1] and tuning.tuned("gemm_rows", "n1") is None
     with pytest.raises(ValueError, match="powers of two >= 16"):
         wt.fused_gemv(x, w)
-    assert wt.fused_gemv(x[:15], w, row_tiles=True).shape == (15, 4)  # another shape: the default launch
+    with pytest.raises(ValueError, match="powers of two >= 16"):
+        wt.fused_gemv(x[:15], w, row_tiles=True)  # another row count of the shape: its nearest measured entry
+    assert wt.fused_gemv(x, w[:3], row_tiles=True).shape == (16, 3)  # another shape: the default launch
     ck = torch.zeros(1, 2, 8, 4, device=DEVICE)
     lengths = torch.zeros(1, dtype=torch.long, device=DEVICE)
     anc = torch.ones(1, 3, 3, dtype=torch.bool, device=DEVICE)

@@ -192,22 +192,52 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(batch=st.sampled_from([1, 3]), depth=st.integers(0, 7), vocab=st.integers(1, 40), seed=st.integers(0, 2**16))
 def test_ddtree_device_equals_reference(budget, topk, batch, depth, vocab, seed) -> None:
+    """Both selections: torch.topk / sort, and the Triton small top-k (interpreted on CPU; a few draws, it is slow)."""
     gen = torch.Generator().manual_seed(seed)
     marginals = torch.randn(batch, depth, vocab, generator=gen) * 3.0
     root = torch.randint(0, vocab, (batch,), generator=gen)
     host = build_ddtree_reference(root, marginals, budget, topk=topk)
-    dev = build_ddtree(root, marginals, budget, topk=topk)
-    assert_same_tree(host, dev, f"B{batch} budget {budget} topk {topk} D {depth} V {vocab}")
+    for options in (TORCH, TRITON) if seed % 3 == 0 else (TORCH,):
+        dev = build_ddtree(root, marginals, budget, topk=topk, options=options)
+        assert_same_tree(host, dev, f"B{batch} budget {budget} topk {topk} D {depth} V {vocab} {options.kernels}")
 
 
-def test_ddtree_device_equals_reference_with_masked_tokens() -> None:
+def _path_scores(tree) -> list[list[float]]:
+    """Per row, the sorted path scores (sum of draft log-probs from the root) of the valid non-root nodes."""
+    out = []
+    for b in range(tree.tokens.shape[0]):
+        score = [0.0] * tree.tokens.shape[1]
+        for i in range(1, tree.tokens.shape[1]):
+            if tree.valid[b, i]:
+                score[i] = score[int(tree.parents[b, i])] + float(tree.draft_logprobs[b, i])
+        out.append(sorted(round(v, 4) for i, v in enumerate(score) if i and tree.valid[b, i]))
+    return out
+
+
+@pytest.mark.parametrize("options", [pytest.param(TORCH, id="torch"), pytest.param(TRITON, id="triton")])
+@pytest.mark.parametrize("budget", [6, 20])
+def test_ddtree_device_with_ties_is_valid_and_as_good_as_the_reference(options, budget) -> None:
+    """Marginals with many equal logits: the order among ties may differ from the heap's, but the tree is valid
+    (every node's parent precedes it) and holds the same path scores (the top-budget set is unique up to ties)."""
+    gen = torch.Generator().manual_seed(11)
+    marginals = torch.randint(0, 3, (2, 5, 7), generator=gen).float()
+    root = torch.tensor([0, 1])
+    host = build_ddtree_reference(root, marginals, budget)
+    dev = build_ddtree(root, marginals, budget, options=options)
+    dev.validate()
+    assert _path_scores(dev) == _path_scores(host)
+
+
+@pytest.mark.parametrize("options", [pytest.param(TORCH, id="torch"), pytest.param(TRITON, id="triton")])
+def test_ddtree_device_equals_reference_with_masked_tokens(options) -> None:
     gen = torch.Generator().manual_seed(5)
     marginals = torch.randn(3, 4, 9, generator=gen)
     marginals[:, :, 3:] = float("-inf")  # 3 finite tokens per depth: 3 + 9 + 27 + 81 possible nodes
     marginals[1, 2] = float("-inf")  # row 1: nothing at depth 3 (so nothing below it either)
     root = torch.tensor([1, 2, 3])
     for budget in (5, 40, 200):
-        host, dev = build_ddtree_reference(root, marginals, budget), build_ddtree(root, marginals, budget)
+        host = build_ddtree_reference(root, marginals, budget)
+        dev = build_ddtree(root, marginals, budget, options=options)
         assert_same_tree(host, dev, f"budget {budget}")
     assert int(build_ddtree(root, marginals, 200).num_nodes[1]) == 1 + 3 + 9
 

@@ -4,7 +4,9 @@
 matches a packaged table (`tuned/`, e.g. h200.json, measured on an H200) uses that one, and any other GPU keeps
 every kernel's built-in configuration ("none" forces that). The table is the sweep's JSON; its
 "best" entry maps a kernel name to {shape key: {"config": [...], ...}}. A kernel looks its shape up
-(keys below, exact match) and falls back to its default when the shape is not there:
+(keys below): the exact key, else the same shape at the nearest measured row / node count (the smallest one
+above, else the largest below: a 17-node tree takes the 65-row launch, not the built-in one, which at
+rows the sweep never saw was up to 3x slower, rounds/issue16_ab), else the kernel's default:
 
     gemm_rows          fused_gemv's row-tiled launch: GemmTiles (block_m, block_n, block_k, num_warps, num_stages)
     tree_attention     (block_r, block_s, num_warps, num_stages)
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -68,10 +71,41 @@ def table_path() -> str | None:
     return path or _packaged_path()
 
 
+_COUNT = re.compile(r"^[mt](\d+)$")  # the row (gemm_rows: m17) or node (attention: t17) field of a key
+
+
+def _split_count(key: str) -> tuple[str, int | None]:
+    """(key with its row / node field blanked, that count); (key, None) when it has none."""
+    fields = key.split("-")
+    for i, field in enumerate(fields):
+        found = _COUNT.match(field)
+        if found:
+            return "-".join(fields[:i] + [field[0]] + fields[i + 1 :]), int(found.group(1))
+    return key, None
+
+
+def nearest_entry(entries: dict, key: str) -> dict | None:
+    """`entries[key]`, else the entry of the same shape at the nearest count: smallest above, else largest below."""
+    if key in entries:
+        return entries[key]
+    shape, count = _split_count(key)
+    if count is None:
+        return None
+    counts = {}
+    for other in entries:
+        other_shape, other_count = _split_count(other)
+        if other_shape == shape and other_count is not None:
+            counts[other_count] = other
+    above = [c for c in counts if c >= count]
+    best = min(above) if above else max(counts, default=None)
+    return None if best is None else entries[counts[best]]
+
+
 def tuned(kernel: str, key: str) -> list | None:
-    """The measured configuration of `kernel` at shape `key`, or None (no table, or shape not in it)."""
+    """The measured configuration of `kernel` at shape `key` or its nearest row count, or None (no table, or
+    no measured row count of that shape)."""
     path = table_path()
     if not path:
         return None
-    entry = _table(path).get(kernel, {}).get(key)
+    entry = nearest_entry(_table(path).get(kernel, {}), key)
     return None if entry is None else list(entry["config"])

@@ -9,7 +9,8 @@ child; `budget` pops. Every extension scores below its prefix, so the popped set
 set, which is prefix-closed, in descending score order.
 
 Device (`build_ddtree`, the engine's): no adapter runs between pops, so the same set can be found level by
-level instead of pop by pop, with D' = min(D, budget') top-k calls (budget' = N - 1) and no host sync:
+level instead of pop by pop, with D' = min(D, budget') top-k calls (budget' = N - 1) and no host sync (on
+CUDA the Triton small top-k, ~3 us a call against torch.topk's 12-15: the build is mostly these calls):
 
     level 1:  the top-min(budget', k) depth-1 paths (the top tokens of q_1)
     level d:  the top-min(budget' - d + 1, ...) of {p + x : p in level d-1, x in the top-k of q_d}
@@ -31,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from weaver.kernels.dispatch import use_kernel
+from weaver.kernels.topk import TOPK_MAX_K, TOPK_MAX_N, topk_last
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.builders import check_inputs, trie_size
 from weaver.speculative.tree import DraftTree
@@ -72,7 +75,7 @@ def build_ddtree(
     budget: int,
     *,
     topk: int | None = None,
-    options: RuntimeOptions = DEFAULT_OPTIONS,  # unused: every op here is a torch op
+    options: RuntimeOptions = DEFAULT_OPTIONS,  # kernels: the levels' and the final selection's top-k
     **context: object,  # the other builders' inputs and options (unused)
 ) -> DraftTree:
     """The DDTree tree built level by level with tensor ops only (module docstring), for CUDA-graph capture."""
@@ -90,7 +93,7 @@ def build_ddtree(
     prev = torch.zeros(B, 1, dtype=torch.float64, device=dev)  # level 0: the root
     for d in range(min(D, nodes)):
         cand = (prev[:, :, None] + lq64[:, d, None, :]).flatten(1)  # [B, L_{d-1} * k]
-        prev, flat = torch.topk(cand, min(nodes - d, cand.shape[1]), dim=1)  # [B, L_d]
+        prev, flat = topk_last(cand, min(nodes - d, cand.shape[1]), options)  # [B, L_d]
         scores.append(prev)
         flats.append(flat)
     starts = [0]
@@ -107,8 +110,13 @@ def build_ddtree(
     token = top_ids.flatten(1).gather(1, flat_rank)
     lq = top_lq.flatten(1).gather(1, flat_rank)
 
-    # 3) the best `nodes` candidates, best first (stable: a tie with an ancestor keeps the ancestor first)
-    order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :nodes]  # [B, nodes]
+    # 3) the best `nodes` candidates, best first (stable: a tie with an ancestor keeps the ancestor first). The
+    #    Triton top-k puts the lowest column first among ties, as a stable sort: one ~3 us launch where it fits
+    #    (budget <= 64) against a sort and a slice.
+    if nodes <= TOPK_MAX_K and score.shape[1] <= TOPK_MAX_N and use_kernel(options, score):
+        order = topk_last(score, nodes, options)[1]  # [B, nodes]
+    else:
+        order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :nodes]
     position = torch.full_like(score, 0, dtype=torch.long).scatter_(
         1, order, torch.arange(1, nodes + 1, device=dev).expand(B, nodes)
     )  # [B, M]: node id of each chosen candidate (0 = not chosen)
