@@ -9,8 +9,8 @@ child; `budget` pops. Every extension scores below its prefix, so the popped set
 set, which is prefix-closed, in descending score order.
 
 Device (`build_ddtree`, the engine's): no adapter runs between pops, so the same set can be found level by
-level instead of pop by pop, with D' = min(D, budget') top-k calls (budget' = N - 1) and no host sync (on
-CUDA the Triton small top-k, ~3 us a call against torch.topk's 12-15: the build is mostly these calls):
+level instead of pop by pop, with D' = min(D, budget') top-k calls (budget' = N - 1) and no host sync
+(`weaver.ops.ddtree_select`; on CUDA all of it is one Triton launch, `weaver.kernels.ddtree_select`):
 
     level 1:  the top-min(budget', k) depth-1 paths (the top tokens of q_1)
     level d:  the top-min(budget' - d + 1, ...) of {p + x : p in level d-1, x in the top-k of q_d}
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
-from weaver.kernels.dispatch import use_kernel
-from weaver.kernels.topk import TOPK_MAX_K, TOPK_MAX_N, topk_last
+from weaver.kernels.ddtree_select import fused_ddtree_select
+from weaver.ops.ddtree_select import level_sizes
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.builders import check_inputs, trie_size
 from weaver.speculative.tree import DraftTree
@@ -75,7 +75,7 @@ def build_ddtree(
     budget: int,
     *,
     topk: int | None = None,
-    options: RuntimeOptions = DEFAULT_OPTIONS,  # kernels: the levels' and the final selection's top-k
+    options: RuntimeOptions = DEFAULT_OPTIONS,  # kernels: the selection's one-launch Triton form
     **context: object,  # the other builders' inputs and options (unused)
 ) -> DraftTree:
     """The DDTree tree built level by level with tensor ops only (module docstring), for CUDA-graph capture."""
@@ -87,36 +87,24 @@ def build_ddtree(
     dev = marginals_logits.device
     top_lq, top_ids = plan.top(marginals_logits)  # [B, D, k]
 
-    # 1) levels: the best depth-(d+1) paths; at most nodes - d of them fit under their d ancestors
-    lq64 = top_lq.double()
-    scores, flats = [], []  # per level: [B, L] scores and index parent * k + rank (parent: in level d-1)
-    prev = torch.zeros(B, 1, dtype=torch.float64, device=dev)  # level 0: the root
-    for d in range(min(D, nodes)):
-        cand = (prev[:, :, None] + lq64[:, d, None, :]).flatten(1)  # [B, L_{d-1} * k]
-        prev, flat = topk_last(cand, min(nodes - d, cand.shape[1]), options)  # [B, L_d]
-        scores.append(prev)
-        flats.append(flat)
+    # 1) levels (the best depth-(d+1) paths) and the best `nodes` of them, best first (stable: a tie with an
+    #    ancestor keeps the ancestor first): one Triton launch on CUDA, ~30 torch launches elsewhere
+    score, flat, order = fused_ddtree_select(top_lq.double(), nodes, options)  # [B, M], [B, M], [B, nodes]
+    sizes = level_sizes(D, k, nodes)
     starts = [0]
-    for s in scores:
-        starts.append(starts[-1] + s.shape[1])  # column where each level starts
+    for size in sizes:
+        starts.append(starts[-1] + size)  # column where each level starts
 
-    # 2) per candidate (levels concatenated): score, parent's candidate index (-1: the root), depth, token
-    score = torch.cat(scores, dim=1)  # [B, M]
-    flat = torch.cat(flats, dim=1)  # [B, M]
-    depth = torch.cat([torch.full_like(f, d + 1) for d, f in enumerate(flats)], dim=1)  # [B, M]
-    level_start = torch.cat([torch.full_like(f, starts[max(d - 1, 0)]) for d, f in enumerate(flats)], dim=1)
+    # 2) per candidate (levels concatenated): parent's candidate index (-1: the root), depth, token
+    depth = torch.cat([torch.full((B, size), d + 1, device=dev) for d, size in enumerate(sizes)], dim=1)  # [B, M]
+    level_start = torch.cat([torch.full((B, size), starts[max(d - 1, 0)], device=dev)
+                             for d, size in enumerate(sizes)], dim=1)  # fmt: skip
     parent = torch.where(depth > 1, flat // k + level_start, -1)  # [B, M]
     flat_rank = (depth - 1) * k + flat % k  # index into top_lq / top_ids flattened over (depth, rank)
     token = top_ids.flatten(1).gather(1, flat_rank)
     lq = top_lq.flatten(1).gather(1, flat_rank)
 
-    # 3) the best `nodes` candidates, best first (stable: a tie with an ancestor keeps the ancestor first). The
-    #    Triton top-k puts the lowest column first among ties, as a stable sort: one ~3 us launch where it fits
-    #    (budget <= 64) against a sort and a slice.
-    if nodes <= TOPK_MAX_K and score.shape[1] <= TOPK_MAX_N and use_kernel(options, score):
-        order = topk_last(score, nodes, options)[1]  # [B, nodes]
-    else:
-        order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :nodes]
+    # 3) node ids of the chosen candidates
     position = torch.full_like(score, 0, dtype=torch.long).scatter_(
         1, order, torch.arange(1, nodes + 1, device=dev).expand(B, nodes)
     )  # [B, M]: node id of each chosen candidate (0 = not chosen)
