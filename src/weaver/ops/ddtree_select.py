@@ -2,11 +2,12 @@
 
     score, flat, order = ddtree_select(top_lq, nodes)     # top_lq [B, D, k] float64, each depth sorted descending
 
-Level d holds the best L_d depth-d paths of the whole trie (`level_sizes`): the top L_d of {p + x : p in level
-d-1, x in the top-k of depth d}, recorded as the path's score and `flat` = parent's index in level d-1 * k +
-rank of x, ties to the lower flat index. `order` is the best `nodes` entries of all levels together, best first, ties to the lower column (a
-stable sort: a node tied with an ancestor comes after it). Why each level suffices: `weaver.speculative.builders
-.ddtree`. `weaver.kernels.triton.ddtree_select` is the one-launch form (same arguments and outputs).
+Level d holds the best L_d depth-d paths of the whole trie (`level_sizes`): the top L_d of {p + x : p in
+level d-1, x in the top-k of depth d}, recorded as the path's score and `flat` = parent's index in level d-1
+* k + rank of x, ties to the lower flat index. `order` is the best `nodes` entries of all levels together,
+best first, ties to the lower column (a stable sort: a node tied with an ancestor comes after it). Why each
+level suffices: `weaver.speculative.builders.ddtree`. `weaver.kernels.triton.ddtree_select` is the
+one-launch form (same arguments and outputs).
 """
 
 from __future__ import annotations

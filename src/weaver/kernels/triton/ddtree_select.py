@@ -76,13 +76,16 @@ def ddtree_select_kernel(
 
 def ddtree_select(top_lq: torch.Tensor, nodes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`weaver.ops.ddtree_select.ddtree_select` in one launch: top_lq [B, D, k] float64, sorted descending per
-    depth; 1 <= nodes <= DDTREE_KERNEL_MAX_NODES (a level's pick holds `nodes` values in registers). Returns score [B, M] float64, flat [B, M] int64, order [B, nodes]."""
+    depth; 1 <= nodes <= DDTREE_KERNEL_MAX_NODES (a level's pick holds `nodes` values in registers).
+    Returns score [B, M] float64, flat [B, M] int64, order [B, nodes]."""
     if top_lq.dim() != 3 or top_lq.dtype != torch.float64:
         raise ValueError(f"top_lq must be [B, D, k] float64, got {tuple(top_lq.shape)} {top_lq.dtype}")
     b, depth, k = top_lq.shape
     sizes = level_sizes(depth, k, nodes)
     if not 1 <= nodes <= DDTREE_KERNEL_MAX_NODES or not sizes:
-        raise ValueError(f"need 1 <= nodes <= {DDTREE_KERNEL_MAX_NODES} and D, k >= 1, got nodes={nodes}, D={depth}, k={k}")
+        raise ValueError(
+            f"need 1 <= nodes <= {DDTREE_KERNEL_MAX_NODES} and D, k >= 1, got nodes={nodes}, D={depth}, k={k}"
+        )
     check_device(top_lq)
     if top_lq.stride(2) != 1:
         top_lq = top_lq.contiguous()
