@@ -53,8 +53,10 @@ class DDTreePlan:
     def top(self, marginals_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The top-k log-marginals per depth, descending, and their tokens: [B, D, k] each. An all -inf
         marginal gives NaN log-probs: they become -inf (never proposed)."""
-        logq = torch.log_softmax(marginals_logits.float(), dim=-1)  # [B, D, V]
-        top_lq, top_ids = torch.topk(logq, self.k, dim=-1)
+        # the top-k of the raw logits (same order as their log-softmax) minus one logsumexp per depth: no [B, D, V]
+        # float32 log-softmax is written and read back
+        top, top_ids = torch.topk(marginals_logits, self.k, dim=-1)
+        top_lq = top.float() - torch.logsumexp(marginals_logits.float(), dim=-1, keepdim=True)  # [B, D, k]
         return torch.where(top_lq.isnan(), _NEG_INF, top_lq), top_ids
 
 
