@@ -86,6 +86,29 @@ def test_fast_verify_matches_forward_then_commit_continues(preset, tree):
     assert torch.equal(ref_cache.lengths, fast_cache.lengths)
 
 
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3"])
+@torch.no_grad()
+def test_fast_prefill_matches_forward(preset):
+    """No parents: the tokens are a chain after the committed prefix (the engine's prefill), padded past
+    `count`; `select` keeps the last real row. Same logits, hidden, captured layers and K/V as Decoder.forward
+    (which also advances `cache.lengths`; the fused pass leaves it, as a verify does)."""
+    model = _model(preset)
+    gen = torch.Generator().manual_seed(11)
+    tokens = torch.randint(0, model.config.vocab_size, (1, 40), generator=gen).to(DEVICE)
+    select = torch.tensor([[29]], device=DEVICE)  # 30 real tokens, 10 pads
+    ref_cache, fast_cache = model.allocate_cache(1, 64), model.allocate_cache(1, 64)
+    want = model(tokens, ref_cache, select=select, capture_layers=(1,))
+    got = FastVerifier(model)(tokens, fast_cache, select=select, capture_layers=(1,))
+    assert got.logits.shape == want.logits.shape == (1, 1, model.config.vocab_size)
+    assert_close("logits", want.logits, got.logits, 1e-5)
+    assert_close("hidden", want.hidden, got.hidden, 1e-5)
+    assert_close("captured", want.captured, got.captured, 1e-5)
+    assert ref_cache.lengths.tolist() == [40] and fast_cache.lengths.tolist() == [0]
+    for i, (a, b) in enumerate(zip(ref_cache.layers, fast_cache.layers)):
+        assert_close(f"layer {i} k", a.k, b.k, 1e-5)
+        assert_close(f"layer {i} v", a.v, b.v, 1e-5)
+
+
 @torch.no_grad()
 def test_fast_verify_without_capture_and_default_depth():
     model = _model("tiny-llama")

@@ -8,6 +8,8 @@ import pytest
 import torch
 from helpers.trees import random_tree
 
+from weaver.ops.tree import ancestor_mask
+from weaver.options import RuntimeOptions
 from weaver.speculative.tree import DraftTree
 
 
@@ -75,6 +77,17 @@ def test_with_ancestors_carries_the_computed_mask():
     assert torch.equal(chain.ancestor_mask(), plain.ancestor_mask())  # the chain's tril mask is its true one
     with pytest.raises(ValueError, match="ancestors has shape"):
         DraftTree(t.tokens, t.parents, t.depth, t.valid, ancestors=torch.ones(2, 3, 3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("kernels", ["torch", "triton"])
+def test_with_ancestors_through_the_structure_kernel_equals_the_reference(kernels):
+    """`with_ancestors(options)`: the Triton structure kernel (interpreted on CPU) gives the reference mask, as
+    bool, pad nodes included."""
+    rng = random.Random(7)
+    lists = [random_tree(rng, vocab=5, max_depth=6, max_nodes=20) for _ in range(3)]
+    t = DraftTree.from_parent_lists([p for p, _ in lists], [k for _, k in lists])  # rows padded to one N
+    got = t.with_ancestors(RuntimeOptions(kernels=kernels)).ancestors
+    assert got.dtype == torch.bool and torch.equal(got, ancestor_mask(t.parents))
 
 
 def test_pad_and_stack():

@@ -1,7 +1,6 @@
 """Speed applied from outside the round (gpt-fast style): torch.compile of stage functions, CUDA graphs.
 
     stages = compile_stages(stages, ("draft", "build", "accept", "commit"))   # fewer, fused kernels
-    prefill = compile_prefill("prefill", fn)  # fn(tokens, ...): one compile for every prompt length
     round_ = RoundGraph(stages, state)      # ONE graph per round: replay() -> emitted tokens
     graphed = StageGraphs(stages, state)    # one graph per stage: decode_round(graphed.stages, state)
 
@@ -21,7 +20,7 @@ import torch
 
 from weaver.speculative.round import RoundState, Stages, decode_round
 
-__all__ = ["GraphedStep", "RoundGraph", "StageGraphs", "capture", "compile_prefill", "compile_stages", "own_code"]
+__all__ = ["GraphedStep", "RoundGraph", "StageGraphs", "capture", "compile_stages", "own_code"]
 
 
 def capture(fn: Callable[[], object], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
@@ -57,13 +56,6 @@ class GraphedStep:
         return self.static_out
 
 
-def compile_prefill(name: str, fn: Callable) -> Callable:
-    """`fn(tokens [B, T], ...)` torch.compile'd with T symbolic: one compile for every prompt bucket. The cache
-    size is static at first; the first other size recompiles once with it symbolic (dynamo's automatic dynamic
-    shapes), then no more. Eager if compiling fails (a warning says so)."""
-    return _CompiledOrEager(name, fn, fullgraph=False, symbolic=((0, 1),))
-
-
 def own_code(fn: Callable) -> Callable:
     """`fn` with a code object of its own, so torch.compile caches it apart from every other copy (a callable
     that is not a plain function is returned as it is)."""
@@ -74,22 +66,18 @@ def own_code(fn: Callable) -> Callable:
 
 
 class _CompiledOrEager:
-    """A stage compiled on first call; if the compiler fails, warn once and run the eager stage from then on.
+    """A stage compiled on first call (static shapes); if the compiler fails, warn once and run the eager stage
+    from then on."""
 
-    `symbolic` lists (argument index, dim) pairs compiled as symbolic sizes (dynamo's mark_dynamic on every
-    call): one compile serves every size there. Without any, every shape is static (dynamic=False)."""
-
-    def __init__(self, name: str, fn: Callable, fullgraph: bool, symbolic: tuple[tuple[int, int], ...] = ()) -> None:
-        self.name, self.eager, self.symbolic = name, fn, symbolic
-        self.fn = torch.compile(own_code(fn), dynamic=None if symbolic else False, fullgraph=fullgraph)
+    def __init__(self, name: str, fn: Callable, fullgraph: bool) -> None:
+        self.name, self.eager = name, fn
+        self.fn = torch.compile(own_code(fn), dynamic=False, fullgraph=fullgraph)
         self.compiled = True
 
     def __call__(self, *args):
         if not self.compiled:
             return self.eager(*args)
         try:
-            for index, dim in self.symbolic:
-                torch._dynamo.mark_dynamic(args[index], dim)
             return self.fn(*args)
         except Exception as err:  # noqa: BLE001 - any compiler failure: keep the eager stage
             warnings.warn(f"stage {self.name!r} not compiled: {type(err).__name__}: {err}", stacklevel=2)

@@ -21,7 +21,7 @@ from weaver.kernels.dispatch import use_kernel
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
-from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_prefill, compile_stages
+from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_stages
 from weaver.speculative.readback import ChunkReadback
 from weaver.speculative.round import (
     RoundConfig,
@@ -82,12 +82,13 @@ class Engine:
         self.timing = timing  # per-stage times (device events or syncs; off for speed runs)
         launch_config.configure(self.options)
         self.fast_decode = _fast_decoder(model, self.options)
+        self.fast_prefill = _fast_verifier(model, self.options)  # the prompt as a chain through the fused verify
         self._fast_verify = self._fast_draft = None
         self._bound = False
         self.min_capacity = 0  # a server sets its context here: one cache (and one captured round) per configuration
         self._caches: dict[int, ModelCache] = {}
         self._prefill_graphs: dict[tuple, GraphedStep] = {}
-        self._prefill_bodies: dict[str, Callable] = {}  # "target" / "speculative": compiled once each
+        self._prefill_bodies: dict[str, Callable] = {}  # "target" / "speculative"
         self._captured: dict[tuple, object] = {}  # RoundGraph / StageGraphs / AR step graph per configuration
 
     # -- options ------------------------------------------------------------------------------------
@@ -237,21 +238,24 @@ class Engine:
 
     def _prefill_body(self, name: str) -> Callable:
         """This engine's padded prefill from an empty cache, "target" (-> the last real position's logits [1, V])
-        or "speculative" (-> the root; fills the round state): torch.compile'd once with the prompt length
-        symbolic where the engine compiles (eager in a graph it is ~1,000 small kernels, ~3.7 ms on the H200
-        for SmolLM2: as long as a short answer's rounds)."""
+        or "speculative" (-> the root; fills the round state). Where the fused kernels run (attention-only
+        targets on CUDA) the prompt goes through them as a chain (`FastVerifier` without parents: ~160 launches;
+        the torch forward is ~1,000 small kernels, ~3.7 ms on the H200 for SmolLM2 even captured, and
+        torch.compile with the prompt length symbolic never compiled there, rounds/h200_v29_prefill)."""
         if name not in self._prefill_bodies:
             model, drafter, options = self.model, self.drafter, self.options
+            forward = self.fast_prefill or model
             if name == "target":
                 def body(tokens: torch.Tensor, count: torch.Tensor, cache: ModelCache) -> torch.Tensor:
                     cache.lengths.zero_()
-                    out = model(tokens, cache, select=count[:, None] - 1)
+                    out = forward(tokens, cache, select=count[:, None] - 1)
                     cache.lengths.copy_(count)  # the pads are not committed
                     return out.logits[:, 0]
             else:
                 def body(tokens: torch.Tensor, count: torch.Tensor, state: RoundState, params) -> torch.Tensor:
-                    return padded_speculative_prefill(model, drafter, state, tokens, count, params, options)
-            self._prefill_bodies[name] = compile_prefill(f"{name} prefill", body) if self.compile else body
+                    return padded_speculative_prefill(model, drafter, state, tokens, count, params, options,
+                                                      forward=forward)  # fmt: skip
+            self._prefill_bodies[name] = body
         return self._prefill_bodies[name]
 
     def _padded_prompt(self, prompt_ids: list[int], capacity: int) -> tuple[torch.Tensor, torch.Tensor, int]:

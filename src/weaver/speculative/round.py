@@ -101,7 +101,7 @@ def speculative_stages(
     def build(state: RoundState, draft) -> DraftTree:
         tree = builder(state.root, draft.logits, cfg.budget, adapter=adapter, target_hidden=state.target_hidden,
                        draft_hidden=draft.hidden, options=options, **builder_options)  # fmt: skip
-        return tree.with_ancestors()  # verify and accept share the ancestor mask
+        return tree.with_ancestors(options)  # verify and accept share the ancestor mask
 
     def verify(state: RoundState, tree: DraftTree):
         return verify_fn(tree.tokens, state.cache, parents=tree.parents, depth=tree.depth,
@@ -163,15 +163,17 @@ def speculative_prefill(
 
 def padded_speculative_prefill(
     target: Decoder, drafter, state: RoundState, tokens: torch.Tensor, count: torch.Tensor, params: SamplingParams,
-    options: RuntimeOptions, generator: torch.Generator | None = None,
+    options: RuntimeOptions, generator: torch.Generator | None = None, forward: Callable | None = None,
 ) -> torch.Tensor:
     """`speculative_prefill` from empty caches over a padded prompt (tokens [1, bucket], the first count[0] real),
     with no host sync: one captured graph per bucket (attention-only targets: pad K/V land past the committed
-    length and pad features in the drafter's scratch slot, where nothing reads them). Returns the root [B]."""
+    length and pad features in the drafter's scratch slot, where nothing reads them). `forward`: the target's
+    pass (default `target` itself; the engine passes the fused one where it runs). Returns the root [B]."""
     cache = state.cache
     cache.lengths.zero_()
     state.context.lengths.zero_()
-    out = target(tokens, cache, select=count[:, None] - 1, capture_layers=tuple(drafter.config.target_layer_ids))
+    out = (forward or target)(tokens, cache, select=count[:, None] - 1,
+                              capture_layers=tuple(drafter.config.target_layer_ids))  # fmt: skip
     cache.lengths.copy_(count)  # the pads are not committed
     state.root.copy_(sample_next_token(out.logits[:, 0], params, generator, options))
     state.target_hidden.copy_(out.hidden[:, 0])

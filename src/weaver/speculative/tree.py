@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import torch
 
+from weaver.kernels.tree_structure import tree_ancestor_mask
 from weaver.ops.tree import ancestor_mask as _ancestor_mask
+from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 
 __all__ = ["DraftTree"]
 
@@ -217,9 +219,12 @@ class DraftTree:
         """Bool [B, N, N]: M[b, i, j] iff j is on the path root..i (diagonal included; pads: only self)."""
         return _ancestor_mask(self.parents) if self.ancestors is None else self.ancestors
 
-    def with_ancestors(self) -> DraftTree:
-        """This tree carrying its ancestor mask, computed now: the verify pass and the accept rule share it."""
-        return self if self.ancestors is not None else dataclasses.replace(self, ancestors=self.ancestor_mask())
+    def with_ancestors(self, options: RuntimeOptions = DEFAULT_OPTIONS) -> DraftTree:
+        """This tree carrying its ancestor mask, computed now (one Triton launch on CUDA where `options` allow):
+        the verify pass and the accept rule share it."""
+        if self.ancestors is not None:
+            return self
+        return dataclasses.replace(self, ancestors=tree_ancestor_mask(self.parents, options))
 
     def children(self, b: int, i: int) -> list[int]:
         """Valid children of node i in row b, in node order (host sync; for tests)."""

@@ -1,0 +1,65 @@
+"""The engine's prefill bodies through the fused verify (`FastVerifier` without parents, as on CUDA) against the
+torch forward: the same last-position logits, committed length, K/V and (speculative) root, target hidden and
+drafter context. CPU, fp32, the Triton kernels interpreted (kernels="triton")."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import weaver
+from weaver.models.fast_verify import FastVerifier
+from weaver.speculative.round import speculative_prefill
+from weaver.speculative.sampling import SamplingParams
+
+
+def _llm(kernels: str):
+    options = weaver.RuntimeOptions(kernels=kernels)
+    return weaver.LLM.from_config("tiny-llama", random_weights=True, seed=5, drafter="random:2", adapter=None,
+                                  device="cpu", dtype="fp32", options=options)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return _llm("triton"), _llm("torch")
+
+
+def _prompt(vocab: int, n: int, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
+    tokens = torch.zeros(1, bucket, dtype=torch.long)
+    tokens[0, :n] = torch.tensor([(5 * j + 2) % vocab for j in range(n)])
+    return tokens, torch.tensor([n])
+
+
+@torch.no_grad()
+def test_fused_target_prefill_equals_the_torch_forward(pair) -> None:
+    fused, ref = pair
+    assert isinstance(fused.engine.fast_prefill, FastVerifier) and ref.engine.fast_prefill is None
+    for n, bucket in [(5, 16), (40, 64)]:  # 16: RoPE inside the attention launch; 64: inside the qkv launch
+        tokens, count = _prompt(fused.config.vocab_size, n, bucket)
+        caches = fused.engine.cache_for(256), ref.engine.cache_for(256)
+        got = fused.engine._prefill_body("target")(tokens, count, caches[0])
+        want = ref.engine._prefill_body("target")(tokens, count, caches[1])
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert caches[0].lengths.tolist() == caches[1].lengths.tolist() == [n]  # the pads are not committed
+        for a, b in zip(caches[0].layers, caches[1].layers, strict=True):
+            torch.testing.assert_close(a.k[..., :n, :], b.k[..., :n, :], rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_fused_speculative_prefill_equals_the_torch_forward(pair) -> None:
+    fused, ref = pair
+    params = SamplingParams()
+    states = []
+    for llm in pair:
+        llm.engine._bind_draft_models()
+        state = speculative_prefill(llm.model, llm.drafter, llm.engine.cache_for(256), [1, 2, 3], params, None,
+                                    llm.options)  # fmt: skip
+        tokens, count = _prompt(llm.config.vocab_size, 33, 64)
+        root = llm.engine._prefill_body("speculative")(tokens, count, state, params)
+        states.append((root.clone(), state))
+    (root_a, a), (root_b, b) = states
+    assert torch.equal(root_a, root_b)
+    assert a.cache.lengths.tolist() == b.cache.lengths.tolist() == [33] == a.context.lengths.tolist()
+    torch.testing.assert_close(a.target_hidden, b.target_hidden, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.context.stacked[0][:, :, :, :33], b.context.stacked[0][:, :, :, :33], rtol=1e-5,
+                               atol=1e-5)  # fmt: skip
