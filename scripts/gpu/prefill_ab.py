@@ -1,8 +1,9 @@
-"""H200, issue 17: the captured prefill eager (as before) against torch.compile'd (the engine's prefill bodies,
-the prompt length symbolic), one process, SmolLM2's shape with random bf16 weights: the target prefill (`ar`) and
-the speculative prefill of a captured chain round (target + drafter context), per prompt bucket, median ms of
-`reps` calls with the device synchronised (host copies of the prompt and the first token's read-back included,
-as a generation pays them). The only difference between the two sides is `RuntimeOptions.compile`.
+"""H200, issue 17: the captured prefill through the torch forward (as before session 27) against the fused verify
+kernels (the prompt as a chain through `FastVerifier`), one process, SmolLM2's shape with random bf16 weights: the
+target prefill (`ar`) and the speculative prefill of a captured chain round (target + drafter context), per
+prompt bucket, median ms of `reps` calls with the device synchronised (host copies of the prompt and the first
+token's read-back included, as a generation pays them). The only difference between the two sides is
+`Engine.fast_prefill` (None: the torch forward), set before the engine's first prefill.
 
     python3 scripts/gpu/prefill_ab.py --out $OUT/prefill_ab.json
     python3 scripts/gpu/prefill_ab.py --device cpu --lengths 12 --reps 2      # CPU smoke run (no graphs there)
@@ -24,11 +25,12 @@ from weaver.speculative.round import RoundConfig
 from weaver.speculative.sampling import SamplingParams
 
 
-def measure(model: str, compile_: bool, lengths: list[int], reps: int, device: str) -> list[dict]:
-    options = weaver.RuntimeOptions(compile=compile_)
+def measure(model: str, fused: bool, lengths: list[int], reps: int, device: str) -> list[dict]:
     llm = weaver.LLM.from_config(model, random_weights=True, seed=0, device=device, dtype="bf16",
-                                 drafter="random:4", adapter=None, options=options)  # fmt: skip
+                                 drafter="random:4", adapter=None)  # fmt: skip
     engine, vocab = llm.engine, llm.config.vocab_size
+    if not fused:
+        engine.fast_prefill = None
     chain = RoundConfig(method="chain", budget=15, rule="greedy", params=SamplingParams())
     rows = []
     for n in lengths:
@@ -43,9 +45,9 @@ def measure(model: str, compile_: bool, lengths: list[int], reps: int, device: s
             gen.close()
 
         spec = median_ms(speculative, llm.model.device, reps=reps)
-        rows.append({"compile": compile_, "prompt": n, "target_ms": target, "speculative_ms": spec,
+        rows.append({"fused": fused, "prompt": n, "target_ms": target, "speculative_ms": spec,
                      "first_calls_s": time.perf_counter() - t0})  # fmt: skip
-        print(f"{'compiled' if compile_ else 'eager':>8} prompt {n:>4}: target {target:.3f} ms, speculative "
+        print(f"{'fused' if fused else 'torch':>5} prompt {n:>4}: target {target:.3f} ms, speculative "
               f"{spec:.3f} ms (with compile / capture {rows[-1]['first_calls_s']:.0f} s)", flush=True)
     return rows
 
@@ -60,8 +62,8 @@ def main() -> int:
     args = parser.parse_args()
     print(torch.cuda.get_device_name() if args.device == "cuda" else "cpu", torch.__version__, flush=True)
     rows = []
-    for compile_ in (False, True):
-        rows += measure(args.model, compile_, args.lengths, args.reps, args.device)
+    for fused in (False, True):
+        rows += measure(args.model, fused, args.lengths, args.reps, args.device)
         if args.out:  # after each side: a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps(rows, indent=1) + "\n")
     return 0
