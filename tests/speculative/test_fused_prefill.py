@@ -1,6 +1,6 @@
 """The engine's prefill bodies through the fused verify (`FastVerifier` without parents, as on CUDA) against the
 torch forward: the same last-position logits, committed length, K/V and (speculative) root, target hidden and
-drafter context. CPU, fp32, the Triton kernels interpreted (kernels="triton")."""
+drafter context. fp32; on CPU the Triton kernels interpreted (kernels="triton"), compiled on a GPU."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from weaver.models.fast_verify import FastVerifier
 from weaver.speculative.round import speculative_prefill
 from weaver.speculative.sampling import SamplingParams
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def _llm(kernels: str):
     options = weaver.RuntimeOptions(kernels=kernels)
     return weaver.LLM.from_config("tiny-llama", random_weights=True, seed=5, drafter="random:2", adapter=None,
-                                  device="cpu", dtype="fp32", options=options)  # fmt: skip
+                                  device=DEVICE, dtype="fp32", options=options)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +29,7 @@ def pair():
 def _prompt(vocab: int, n: int, bucket: int) -> tuple[torch.Tensor, torch.Tensor]:
     tokens = torch.zeros(1, bucket, dtype=torch.long)
     tokens[0, :n] = torch.tensor([(5 * j + 2) % vocab for j in range(n)])
-    return tokens, torch.tensor([n])
+    return tokens.to(DEVICE), torch.tensor([n], device=DEVICE)
 
 
 @torch.no_grad()
