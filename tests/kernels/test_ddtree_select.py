@@ -1,4 +1,5 @@
-"""weaver.kernels.triton.ddtree_select (one program per row) vs the torch reference weaver.ops.ddtree_select.
+"""weaver.kernels.triton.ddtree_select (one program per row) vs the torch references weaver.ops.ddtree_select
+(the selection) and ddtree_tree (the tree's fields).
 
 CPU: the kernel runs under TRITON_INTERPRET=1 at small sizes; GPU (`--triton-full`): compiled, up to the
 kernel's 128 nodes. Ties are defined (the lower flat index, then the lower column, first), so the two must agree
@@ -13,9 +14,10 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaver.kernels.ddtree_select import DDTREE_KERNEL_MAX_NODES, ddtree_select_op, fused_ddtree_select
-from weaver.kernels.triton.ddtree_select import ddtree_select, pair_table
+from weaver.kernels.ddtree_select import DDTREE_KERNEL_MAX_NODES, ddtree_tree_op, fused_ddtree_tree
+from weaver.kernels.triton.ddtree_select import ddtree_select, ddtree_tree, pair_table
 from weaver.ops.ddtree_select import ddtree_select as reference
+from weaver.ops.ddtree_select import ddtree_tree as tree_reference
 from weaver.ops.ddtree_select import level_sizes
 from weaver.options import RuntimeOptions
 
@@ -58,18 +60,28 @@ def test_kernel_equals_reference(b, depth, k, nodes, ties, masked, seed) -> None
     assert got[0].shape == want[0].shape == (b, sum(level_sizes(depth, k, nodes)))
     for name, g, w in zip(("score", "flat", "order"), got, want, strict=True):
         assert torch.equal(g, w), f"{name} differs: B{b} D{depth} k{k} nodes {nodes} ties {ties} masked {masked}"
+    ids = torch.randint(0, 1000, lq.shape, generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    root = torch.arange(b, device=DEVICE) + 7
+    for name, g, w in zip(FIELDS, ddtree_tree(lq, ids, root, nodes), tree_reference(lq, ids, root, nodes), strict=True):
+        assert g.dtype == w.dtype and torch.equal(g, w), f"tree {name} differs: B{b} D{depth} k{k} nodes {nodes}"
+
+
+FIELDS = ("tokens", "parents", "depth", "valid", "logq")
 
 
 def test_dispatch_and_op_agree_with_the_reference() -> None:
     lq = sorted_logq(2, 5, 8, 3, ties=True, masked=True)
-    want = reference(lq, 20)
-    for got in (fused_ddtree_select(lq, 20, RuntimeOptions(kernels="triton")), ddtree_select_op(lq, 20),
-                fused_ddtree_select(lq, 20, RuntimeOptions(kernels="torch"))):  # fmt: skip
+    ids = torch.arange(lq.numel(), device=DEVICE).view(lq.shape)
+    root = torch.tensor([3, 4], device=DEVICE)
+    want = tree_reference(lq, ids, root, 20)
+    for got in (fused_ddtree_tree(lq, ids, root, 20, RuntimeOptions(kernels="triton")),
+                ddtree_tree_op(lq, ids, root, 20),
+                fused_ddtree_tree(lq, ids, root, 20, RuntimeOptions(kernels="torch"))):  # fmt: skip
         assert all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
     big = sorted_logq(1, 3, 200, 4, ties=False, masked=False)  # past the kernel: the reference runs
-    nodes = DDTREE_KERNEL_MAX_NODES + 1
-    assert all(torch.equal(g, w) for g, w in zip(fused_ddtree_select(big, nodes, RuntimeOptions(kernels="triton")),
-                                                  reference(big, nodes), strict=True))  # fmt: skip
+    big_ids, nodes = torch.zeros_like(big, dtype=torch.long), DDTREE_KERNEL_MAX_NODES + 1
+    got = fused_ddtree_tree(big, big_ids, root[:1], nodes, RuntimeOptions(kernels="triton"))
+    assert all(torch.equal(g, w) for g, w in zip(got, tree_reference(big, big_ids, root[:1], nodes), strict=True))
 
 
 def test_bad_arguments_are_clear_errors() -> None:

@@ -219,12 +219,13 @@ class DraftTree:
         """Bool [B, N, N]: M[b, i, j] iff j is on the path root..i (diagonal included; pads: only self)."""
         return _ancestor_mask(self.parents) if self.ancestors is None else self.ancestors
 
-    def with_ancestors(self, options: RuntimeOptions = DEFAULT_OPTIONS) -> DraftTree:
+    def with_ancestors(self, options: RuntimeOptions | None = None) -> DraftTree:
         """This tree carrying its ancestor mask, computed now (one Triton launch on CUDA where `options` allow):
-        the verify pass and the accept rule share it."""
+        the verify pass and the accept rule share it. (None, not a default object: under torch.compile an object
+        default has no source and breaks the graph.)"""
         if self.ancestors is not None:
             return self
-        return dataclasses.replace(self, ancestors=tree_ancestor_mask(self.parents, options))
+        return dataclasses.replace(self, ancestors=tree_ancestor_mask(self.parents, options or DEFAULT_OPTIONS))
 
     def children(self, b: int, i: int) -> list[int]:
         """Valid children of node i in row b, in node order (host sync; for tests)."""

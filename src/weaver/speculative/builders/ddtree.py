@@ -32,8 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from weaver.kernels.ddtree_select import fused_ddtree_select
-from weaver.ops.ddtree_select import level_sizes
+from weaver.kernels.ddtree_select import fused_ddtree_tree
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.builders import check_inputs, trie_size
 from weaver.speculative.tree import DraftTree
@@ -77,55 +76,21 @@ def build_ddtree(
     budget: int,
     *,
     topk: int | None = None,
-    options: RuntimeOptions = DEFAULT_OPTIONS,  # kernels: the selection's one-launch Triton form
+    options: RuntimeOptions = DEFAULT_OPTIONS,  # kernels: the tree's one-launch Triton form
     **context: object,  # the other builders' inputs and options (unused)
 ) -> DraftTree:
     """The DDTree tree built level by level with tensor ops only (module docstring), for CUDA-graph capture."""
     plan = plan_ddtree(root, marginals_logits, budget, topk)
-    k, nodes = plan.k, plan.nodes
+    nodes = plan.nodes
     if nodes == 0:
         return DraftTree.root_only(root)
-    B, D, _ = marginals_logits.shape
     dev = marginals_logits.device
     top_lq, top_ids = plan.top(marginals_logits)  # [B, D, k]
 
-    # 1) levels (the best depth-(d+1) paths) and the best `nodes` of them, best first (stable: a tie with an
-    #    ancestor keeps the ancestor first): one Triton launch on CUDA, ~30 torch launches elsewhere
-    score, flat, order = fused_ddtree_select(top_lq.double(), nodes, options)  # [B, M], [B, M], [B, nodes]
-    sizes = level_sizes(D, k, nodes)
-    starts = [0]
-    for size in sizes:
-        starts.append(starts[-1] + size)  # column where each level starts
-
-    # 2) per candidate (levels concatenated): parent's candidate index (-1: the root), depth, token
-    depth = torch.cat([torch.full((B, size), d + 1, device=dev) for d, size in enumerate(sizes)], dim=1)  # [B, M]
-    level_start = torch.cat([torch.full((B, size), starts[max(d - 1, 0)], device=dev)
-                             for d, size in enumerate(sizes)], dim=1)  # fmt: skip
-    parent = torch.where(depth > 1, flat // k + level_start, -1)  # [B, M]
-    flat_rank = (depth - 1) * k + flat % k  # index into top_lq / top_ids flattened over (depth, rank)
-    token = top_ids.flatten(1).gather(1, flat_rank)
-    lq = top_lq.flatten(1).gather(1, flat_rank)
-
-    # 3) node ids of the chosen candidates
-    position = torch.full_like(score, 0, dtype=torch.long).scatter_(
-        1, order, torch.arange(1, nodes + 1, device=dev).expand(B, nodes)
-    )  # [B, M]: node id of each chosen candidate (0 = not chosen)
-    valid = score.gather(1, order) > _NEG_INF  # [B, nodes]
-    par = parent.gather(1, order)  # [B, nodes]
-    par_node = torch.where(par >= 0, position.gather(1, par.clamp(min=0)), 0)
-
-    def column(t: torch.Tensor, pad: float | int) -> torch.Tensor:
-        return torch.where(valid, t.gather(1, order), pad)
-
-    zero = torch.zeros(B, 1, dtype=torch.long, device=dev)
-    out = DraftTree(
-        tokens=torch.cat([root[:, None].long().to(dev), column(token, 0)], dim=1),  # [B, N]
-        parents=torch.cat([zero - 1, torch.where(valid, par_node, -1)], dim=1),
-        depth=torch.cat([zero, column(depth, 0)], dim=1),
-        valid=torch.cat([zero == 0, valid], dim=1),
-        draft_logprobs=torch.cat([zero.float(), column(lq, 0.0)], dim=1),
-    )
-    return out.to(root.device)
+    # every level (the best depth-d paths), the best `nodes` of them (stable: a tie with an ancestor keeps the
+    # ancestor first) and the tree's fields: one Triton launch on CUDA, ~40 torch ops elsewhere
+    fields = fused_ddtree_tree(top_lq.double(), top_ids, root.long().to(dev), nodes, options)
+    return DraftTree(*fields).to(root.device)
 
 
 def _reference_row(logq: list[list[float]], ids: list[list[int]], budget: int) -> list[tuple[int, int, int, float]]:
