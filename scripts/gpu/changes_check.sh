@@ -9,11 +9,9 @@
 #   4. `weaver bench rounds` at the SmolLM2 shape: ar, chain, ddtree and weaver at budgets 15 (16 nodes: the
 #      chain's verify rows), 16 and 64.
 #   device run:  source scripts/gpu/setup.sh && OUT=$OUT bash scripts/gpu/changes_check.sh
-set -uo pipefail
 OUT=${OUT:-/tmp/changes_out}
-mkdir -p "$OUT"
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-quiet() { grep -v "^E[0-9]\{4\} \|^W[0-9]\{4\} \|warnings.warn\|Loading weights"; }
+source scripts/gpu/common.sh
+quiet() { filter | grep -v "^E[0-9]\{4\} \|^W[0-9]\{4\} "; }  # and dynamo's E/W log lines
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
 timeout "${CC_TESTS:-150}" python3 -m pytest -q -p no:cacheprovider --triton-full tests/kernels/test_ddtree_select.py \
   tests/kernels/test_structure.py tests/models/test_fast_verify.py tests/speculative/test_fused_prefill.py \
