@@ -65,3 +65,27 @@ def test_fused_speculative_prefill_equals_the_torch_forward(pair) -> None:
     torch.testing.assert_close(a.target_hidden, b.target_hidden, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(a.context.stacked[0][:, :, :, :33], b.context.stacked[0][:, :, :, :33], rtol=1e-5,
                                atol=1e-5)  # fmt: skip
+
+
+@torch.no_grad()
+def test_ar_and_speculative_generations_prefill_through_the_same_pass(pair) -> None:
+    """Uncaptured rounds (CPU here; cuda_graphs="off" on a GPU) prefill through the engine's fused pass as `ar`
+    does: the same prompt K/V on both sides, so greedy output equals `ar`'s."""
+    fused, _ = pair
+    engine = fused.engine
+    real, calls = engine.fast_prefill, []
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("capture_layers", ()))
+        return real(*args, **kwargs)
+
+    engine.fast_prefill = counted
+    engine._prefill_bodies.clear()  # a prefill body binds the pass when it is first built
+    try:
+        want = fused.generate([3, 1, 4, 1, 5], max_new_tokens=12, ignore_eos=True).token_ids
+        got = fused.generate([3, 1, 4, 1, 5], method="chain", max_new_tokens=12, ignore_eos=True).token_ids
+    finally:
+        engine.fast_prefill = real
+        engine._prefill_bodies.clear()
+    assert got == want
+    assert len(calls) == 2 and calls[1] == tuple(fused.drafter.config.target_layer_ids)  # ar, then speculative

@@ -330,7 +330,7 @@ class _Runner:
             return state
         if not self.ar:
             return speculative_prefill(engine.model, engine.drafter, self.cache, self.prompt_ids, self.cfg.params,
-                                       self.generator, engine.options, state)  # fmt: skip
+                                       self.generator, engine.options, state, engine.fast_prefill)  # fmt: skip
         logits = engine.prefill(self.cache, self.prompt_ids)
         root = sample_next_token(logits, self.cfg.params, self.generator, engine.options)
         if state is None:

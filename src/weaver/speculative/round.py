@@ -142,13 +142,14 @@ def accept_tree(
 @torch.no_grad()
 def speculative_prefill(
     target: Decoder, drafter, cache: ModelCache, prompt_ids: list[int], params: SamplingParams, generator,
-    options: RuntimeOptions, state: RoundState | None = None,
+    options: RuntimeOptions, state: RoundState | None = None, forward: Callable | None = None,
 ) -> RoundState:
     """Prefill the prompt, seed the drafter's context with its features, sample the first root (from an empty
     `cache`; `padded_speculative_prefill` with no padding).
 
     With `state` (whose cache is `cache`), its tensors are refilled in place: captured rounds keep their
-    addresses.
+    addresses. `forward`: the target's pass (the engine's fused one where it runs, as for `ar`'s prefill: the
+    same prompt K/V on both sides keeps greedy output equal to `ar`'s).
     """
     dev = target.device
     if state is None:
@@ -157,7 +158,7 @@ def speculative_prefill(
                            target_hidden=torch.zeros(1, target.config.hidden_size, dtype=target.dtype, device=dev))
     prompt = torch.tensor([prompt_ids], dtype=torch.long, device=dev)
     count = torch.tensor([len(prompt_ids)], dtype=torch.long, device=dev)
-    padded_speculative_prefill(target, drafter, state, prompt, count, params, options, generator)
+    padded_speculative_prefill(target, drafter, state, prompt, count, params, options, generator, forward)
     return state
 
 
