@@ -46,3 +46,22 @@ def test_weaver_widths_add_runs_and_keys_of_their_own() -> None:
     summary = summarise(records)
     assert sorted(summary) == ["ar/0", "weaver/16", "weaver/16/w4"]
     assert summary["weaver/16"]["macro_tau"] == 3.0 and summary["weaver/16/w4"]["macro_tau"] == 2.0
+
+
+def test_summary_gives_the_median_prefill_and_round_times() -> None:
+    """prefill ms and ms / round: medians over the prompts of (seconds - prefill) / rounds; absent without times."""
+    from weaver.bench.acceptance import markdown, summarise
+
+    def run(seconds: float, prefill: float, rounds: int) -> dict:
+        return {"method": "chain", "budget": 15, "greedy": True, "tau": 2.0, "rounds": rounds, "tok_s": 1.0,
+                "accepted_per_depth": [rounds], "seconds": seconds, "prefill_s": prefill}  # fmt: skip
+
+    ar = {"tau": 1.0, "rounds": 4, "tok_s": 1.0, "accepted_per_depth": [4]}  # no times: columns left empty
+    records = [{"workload": w, "ar": ar, "runs": [run(s, p, r)]}
+               for w, (s, p, r) in {"a": (0.012, 0.002, 10), "b": (0.030, 0.004, 13), "c": (0.5, 0.1, 4)}.items()]
+    summary = summarise(records)
+    assert abs(summary["chain/15"]["prefill_ms"] - 4.0) < 1e-9 and abs(summary["chain/15"]["round_ms"] - 2.0) < 1e-9
+    assert summary["ar/0"]["prefill_ms"] is None
+    report = {"summary": summary, "model": "m", "device": "d", "dtype": "t", "max_new_tokens": 8, "command": "c",
+              "records": records}  # fmt: skip
+    assert "| chain/15 | 2.00 | 2.00 | 2.00 | 2.00 | 1.0 | 1.00 | 4.000 | 2.000 |" in markdown(report)

@@ -140,7 +140,8 @@ def _stats(out) -> dict:
 
 
 def summarise(records: list[dict]) -> dict:
-    """Per (run key): per workload mean tau / tok/s / acceptance rate per depth, and the macro-average."""
+    """Per (run key): per workload mean tau / tok/s / acceptance rate per depth, the macro-average, and the median
+    prefill and per-round milliseconds over every prompt."""
     keys: dict[str, dict] = {}
     for rec in records:
         rows = [("ar", 0, True, None, rec["ar"])] + [
@@ -153,6 +154,7 @@ def summarise(records: list[dict]) -> dict:
             w.append(x)
     for entry in keys.values():
         per = {}
+        entry["_runs"] = list(entry["per_workload"].values())
         for workload, xs in entry["per_workload"].items():
             rounds = sum(x["rounds"] for x in xs)
             depth = max((len(x["accepted_per_depth"]) for x in xs), default=0)
@@ -161,9 +163,15 @@ def summarise(records: list[dict]) -> dict:
             per[workload] = {"tau": statistics.mean(x["tau"] for x in xs),
                              "tok_s": statistics.mean(x["tok_s"] for x in xs),
                              "accept_rate_per_depth": acc, "prompts": len(xs)}
+        every = [x for xs in entry.pop("_runs") for x in xs]
         entry["per_workload"] = per
         entry["macro_tau"] = statistics.mean(v["tau"] for v in per.values())
         entry["macro_tok_s"] = statistics.mean(v["tok_s"] for v in per.values())
+        # where a generation's time goes: its prefill, and the rest per round (median over the prompts)
+        timed = [x for x in every if x.get("prefill_s") is not None and x["rounds"]]
+        entry["prefill_ms"] = statistics.median(1e3 * x["prefill_s"] for x in timed) if timed else None
+        entry["round_ms"] = (statistics.median(1e3 * (x["seconds"] - x["prefill_s"]) / x["rounds"] for x in timed)
+                             if timed else None)  # fmt: skip
     ar = keys.get("ar/0", {}).get("macro_tok_s") or 0.0
     for entry in keys.values():
         entry["speedup_vs_ar"] = entry["macro_tok_s"] / ar if ar else None
@@ -173,14 +181,16 @@ def summarise(records: list[dict]) -> dict:
 def markdown(report: dict) -> str:
     summary = report["summary"]
     workloads = sorted({w for e in summary.values() for w in e["per_workload"]})
-    head = f"| run | {' | '.join(f'tau {w}' for w in workloads)} | macro tau | macro tok/s | x ar |"
+    head = (f"| run | {' | '.join(f'tau {w}' for w in workloads)} | macro tau | macro tok/s | x ar | prefill ms | "
+            "ms / round |")
     lines = [f"# Acceptance — {report['model']} on {report['device']} ({report['dtype']}), "
              f"{report['max_new_tokens']} new tokens", "", f"`{report['command']}`", "", head,
-             "|" + "---|" * (len(workloads) + 4)]
+             "|" + "---|" * (len(workloads) + 6)]
     for key, e in summary.items():
         taus = " | ".join(f"{e['per_workload'][w]['tau']:.2f}" if w in e["per_workload"] else "" for w in workloads)
         x = f"{e['speedup_vs_ar']:.2f}" if e["speedup_vs_ar"] else ""
-        lines.append(f"| {key} | {taus} | {e['macro_tau']:.2f} | {e['macro_tok_s']:.1f} | {x} |")
+        times = " | ".join("" if e.get(k) is None else f"{e[k]:.3f}" for k in ("prefill_ms", "round_ms"))
+        lines.append(f"| {key} | {taus} | {e['macro_tau']:.2f} | {e['macro_tok_s']:.1f} | {x} | {times} |")
     lines += ["", "Acceptance rate per depth (macro over workloads; fraction of rounds accepting depth d):", ""]
     for key, e in summary.items():
         if key == "ar/0":
