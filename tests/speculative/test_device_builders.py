@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.ops import weaver_frontier
+from weaver.ops.tree import path_prefix_sum
 from weaver.speculative.builders import frontier, trie_size
 from weaver.speculative.builders.ddtree import build_ddtree, build_ddtree_reference, plan_ddtree
 from weaver.speculative.builders.weaver import (
@@ -204,14 +205,10 @@ def test_ddtree_device_equals_reference(budget, topk, batch, depth, vocab, seed)
 
 def _path_scores(tree) -> list[list[float]]:
     """Per row, the sorted path scores (sum of draft log-probs from the root) of the valid non-root nodes."""
-    out = []
-    for b in range(tree.tokens.shape[0]):
-        score = [0.0] * tree.tokens.shape[1]
-        for i in range(1, tree.tokens.shape[1]):
-            if tree.valid[b, i]:
-                score[i] = score[int(tree.parents[b, i])] + float(tree.draft_logprobs[b, i])
-        out.append(sorted(round(v, 4) for i, v in enumerate(score) if i and tree.valid[b, i]))
-    return out
+    score = path_prefix_sum(tree.draft_logprobs.double(), tree.parents)
+    keep = tree.valid.clone()
+    keep[:, 0] = False
+    return [sorted(round(float(v), 4) for v in row[mask]) for row, mask in zip(score, keep, strict=True)]
 
 
 @pytest.mark.parametrize("options", [pytest.param(TORCH, id="torch"), pytest.param(TRITON, id="triton")])
