@@ -154,7 +154,7 @@ def summarise(records: list[dict]) -> dict:
             w.append(x)
     for entry in keys.values():
         per = {}
-        entry["_runs"] = list(entry["per_workload"].values())
+        every = [x for xs in entry["per_workload"].values() for x in xs]
         for workload, xs in entry["per_workload"].items():
             rounds = sum(x["rounds"] for x in xs)
             depth = max((len(x["accepted_per_depth"]) for x in xs), default=0)
@@ -163,7 +163,6 @@ def summarise(records: list[dict]) -> dict:
             per[workload] = {"tau": statistics.mean(x["tau"] for x in xs),
                              "tok_s": statistics.mean(x["tok_s"] for x in xs),
                              "accept_rate_per_depth": acc, "prompts": len(xs)}
-        every = [x for xs in entry.pop("_runs") for x in xs]
         entry["per_workload"] = per
         entry["macro_tau"] = statistics.mean(v["tau"] for v in per.values())
         entry["macro_tok_s"] = statistics.mean(v["tok_s"] for v in per.values())

@@ -46,6 +46,6 @@ def fused_ddtree_tree(
     the reference."""
     fits = top_lq.dtype == torch.float64 and 1 <= nodes <= DDTREE_KERNEL_MAX_NODES and top_lq.numel() > 0
     if fits and use_kernel(options, top_lq):
-        return launch(ddtree_tree_op, "weaver.kernels.triton.ddtree_select", "ddtree_tree", top_lq, top_ids,
-                      root.long(), nodes)  # fmt: skip
+        return launch(ddtree_tree_op, "weaver.kernels.triton.ddtree_select", "ddtree_tree", top_lq, top_ids, root,
+                      nodes)  # fmt: skip
     return ddtree_tree(top_lq, top_ids, root, nodes)

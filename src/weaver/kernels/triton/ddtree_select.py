@@ -148,9 +148,9 @@ def ddtree_select(top_lq: torch.Tensor, nodes: int) -> tuple[torch.Tensor, torch
     """`weaver.ops.ddtree_select.ddtree_select` in one launch: top_lq [B, D, k] float64, sorted descending per
     depth; 1 <= nodes <= DDTREE_KERNEL_MAX_NODES (a level's pick holds `nodes` values in registers).
     Returns score [B, M] float64, flat [B, M] int64, order [B, nodes]."""
-    b, depth, k = top_lq.shape if top_lq.dim() == 3 else (0, 0, 0)
-    ids = torch.zeros(top_lq.shape, dtype=torch.int64, device=top_lq.device)
-    return _launch(top_lq, ids, torch.zeros(b, dtype=torch.int64, device=top_lq.device), nodes)[:3]
+    ids = torch.zeros(top_lq.shape, dtype=torch.int64, device=top_lq.device)  # no tree wanted: any tokens
+    root = torch.zeros(top_lq.shape[:1], dtype=torch.int64, device=top_lq.device)
+    return _launch(top_lq, ids, root, nodes)[:3]
 
 
 def ddtree_tree(

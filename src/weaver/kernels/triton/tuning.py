@@ -107,5 +107,13 @@ def tuned(kernel: str, key: str) -> list | None:
     path = table_path()
     if not path:
         return None
+    config = _resolved(path, kernel, key)
+    return None if config is None else list(config)
+
+
+@functools.lru_cache(maxsize=512)
+def _resolved(path: str, kernel: str, key: str) -> tuple | None:
+    """`tuned`'s lookup, once per (table, kernel, shape): launchers ask at every eager launch, and a shape the
+    table lacks would otherwise parse every key of its kernel each time."""
     entry = nearest_entry(_table(path).get(kernel, {}), key)
-    return None if entry is None else list(entry["config"])
+    return None if entry is None else tuple(entry["config"])
