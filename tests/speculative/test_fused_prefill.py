@@ -16,7 +16,7 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _llm(kernels: str):
-    options = weaver.RuntimeOptions(kernels=kernels)
+    options = weaver.RuntimeOptions(kernels=kernels, cuda_graphs="off")  # uncaptured: each prefill call is seen
     return weaver.LLM.from_config("tiny-llama", random_weights=True, seed=5, drafter="random:2", adapter=None,
                                   device=DEVICE, dtype="fp32", options=options)  # fmt: skip
 
