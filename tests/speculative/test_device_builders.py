@@ -239,6 +239,18 @@ def test_ddtree_device_equals_reference_with_masked_tokens(options) -> None:
     assert int(build_ddtree(root, marginals, 200).num_nodes[1]) == 1 + 3 + 9
 
 
+def test_ddtree_device_at_vocabulary_width_takes_the_topk_kernel() -> None:
+    """Rows long enough for the two-stage top-k kernel (weaver.kernels.vocab_topk; interpreted on CPU): the same
+    tree as the reference's torch.topk, masked depths included."""
+    gen = torch.Generator().manual_seed(8)
+    marginals = 3 * torch.randn(2, 4, 1500, generator=gen)
+    marginals[1, 3] = float("-inf")  # row 1: nothing at depth 4
+    root = torch.tensor([4, 5])
+    for budget in (15, 40):
+        host = build_ddtree_reference(root, marginals, budget)
+        assert_same_tree(host, build_ddtree(root, marginals, budget, options=TRITON), f"budget {budget}")
+
+
 # ---------------------------------------------------------------- no host sync
 def _meta_weaver_inputs(batch: int, depth: int, max_depth: int, pool: int) -> tuple[tuple, dict]:
     meta = torch.device("meta")

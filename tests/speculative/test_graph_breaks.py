@@ -19,8 +19,13 @@ from weaver.speculative.sampling import SamplingParams
 def _breaks(fn, *args) -> list[str]:
     torch._dynamo.reset()
     explained = torch._dynamo.explain(fn)(*args)
-    return [reason.reason.splitlines()[0] for reason in explained.break_reasons] + (
+    return [f"{reason.reason.splitlines()[0]} at {_where(reason.user_stack)}" for reason in explained.break_reasons] + (
         [f"{explained.graph_count} graphs"] if explained.graph_count != 1 else [])  # fmt: skip
+
+
+def _where(stack) -> str:
+    """The innermost frames of a break (file:line function), where a failure message can name them."""
+    return " <- ".join(f"{frame.filename.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}" for frame in stack[::-1][:4])
 
 
 CUDA = torch.cuda.is_available()

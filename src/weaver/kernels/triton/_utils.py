@@ -120,8 +120,10 @@ def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
     or later, and when `launch_config` allows it (RuntimeOptions.pdl); else none. A kernel that prefetches rows
     before its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies.
-    A kernel without prefetches reads nothing before its wait."""
-    if device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
+    A kernel without prefetches reads nothing before its wait. None while torch.compile traces a launcher: the
+    compiled graph launches the kernel itself, and the capability query would break the graph (dynamo cannot
+    hold the device-properties object it goes through)."""
+    if torch.compiler.is_compiling() or device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
         return {}
     return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
 

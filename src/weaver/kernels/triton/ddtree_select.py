@@ -26,7 +26,7 @@ from weaver.kernels.triton._utils import check_device, next_pow2, pdl_launch, pd
 from weaver.kernels.triton.topk import select_top
 from weaver.ops.ddtree_select import level_sizes
 
-__all__ = ["ddtree_select", "ddtree_tree", "pair_table"]
+__all__ = ["ddtree_select", "ddtree_select_warps", "ddtree_tree", "pair_table"]
 
 
 @functools.lru_cache(maxsize=16)
@@ -107,6 +107,13 @@ def ddtree_select_kernel(
     tl.store(logq + row0, tl.zeros([BLOCK_L], tl.float32), mask=first)
 
 
+def ddtree_select_warps(m: int) -> int:
+    """Warps of the one program: its ~10 * nodes block reductions are serial, and one warp reduces with shuffles
+    only (no shared-memory round trip and barrier per reduction), so the fewest warps that hold the M entries'
+    keys in registers (<= 32 a thread)."""
+    return 1 if m <= 1024 else 2 if m <= 2048 else 4
+
+
 def _launch(top_lq: torch.Tensor, top_ids: torch.Tensor, root: torch.Tensor, nodes: int) -> tuple[torch.Tensor, ...]:
     """One launch: (score, flat, order, tokens, parents, depth, valid, logq), the last five [B, 1 + nodes]."""
     if top_lq.dim() != 3 or top_lq.dtype != torch.float64:
@@ -138,7 +145,7 @@ def _launch(top_lq: torch.Tensor, top_ids: torch.Tensor, root: torch.Tensor, nod
             top_lq, top_ids, root, pairs, score, flat, order, scratch[0], scratch[1], scratch[2], tokens,
             parents, depth_out, valid, logq, pairs.numel(), len(sizes), k, nodes, m, top_lq.stride(0),
             top_lq.stride(1), top_ids.stride(0), top_ids.stride(1), BLOCK_P=next_pow2(pairs.numel(), 32),
-            BLOCK_L=next_pow2(nodes, 2), BLOCK_M=next_pow2(m, 32), num_warps=4 if m <= 1024 else 8,
+            BLOCK_L=next_pow2(nodes, 2), BLOCK_M=next_pow2(m, 32), num_warps=ddtree_select_warps(m),
             **pdl_launch(dev),
         )  # fmt: skip
     return score, flat, order, tokens, parents, depth_out, valid.view(torch.bool), logq

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from weaver.kernels.ddtree_select import fused_ddtree_tree
+from weaver.kernels.vocab_topk import top_logprobs
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.builders import check_inputs, trie_size
 from weaver.speculative.tree import DraftTree
@@ -49,13 +50,13 @@ class DDTreePlan:
     k: int  # tokens kept per depth
     nodes: int  # budget' = N - 1: non-root nodes of the output
 
-    def top(self, marginals_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def top(self, marginals_logits: torch.Tensor, options: RuntimeOptions = DEFAULT_OPTIONS,
+            ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """The top-k log-marginals per depth, descending, and their tokens: [B, D, k] each. An all -inf
-        marginal gives NaN log-probs: they become -inf (never proposed)."""
-        # the top-k of the raw logits (same order as their log-softmax) minus one logsumexp per depth: no [B, D, V]
-        # float32 log-softmax is written and read back
-        top, top_ids = torch.topk(marginals_logits, self.k, dim=-1)
-        top_lq = top.float() - torch.logsumexp(marginals_logits.float(), dim=-1, keepdim=True)  # [B, D, k]
+        marginal gives NaN log-probs: they become -inf (never proposed). The top-k of the raw logits (their
+        log-softmax's order) minus one logsumexp per depth: no [B, D, V] log-softmax is written; on CUDA two
+        Triton launches (`weaver.kernels.vocab_topk`), torch.topk and logsumexp elsewhere."""
+        top_lq, top_ids = top_logprobs(marginals_logits, self.k, options)  # [B, D, k]
         return torch.where(top_lq.isnan(), _NEG_INF, top_lq), top_ids
 
 
@@ -85,7 +86,7 @@ def build_ddtree(
     if nodes == 0:
         return DraftTree.root_only(root)
     dev = marginals_logits.device
-    top_lq, top_ids = plan.top(marginals_logits)  # [B, D, k]
+    top_lq, top_ids = plan.top(marginals_logits, options)  # [B, D, k]
 
     # every level (the best depth-d paths), the best `nodes` of them (stable: a tie with an ancestor keeps the
     # ancestor first) and the tree's fields: one Triton launch on CUDA, ~40 torch ops elsewhere
