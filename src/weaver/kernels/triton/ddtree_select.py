@@ -111,7 +111,7 @@ def ddtree_select_warps(m: int) -> int:
     """Warps of the one program: its ~10 * nodes block reductions are serial, and one warp reduces with shuffles
     only (no shared-memory round trip and barrier per reduction), so the fewest warps that hold the M entries'
     keys in registers (<= 32 a thread)."""
-    return 1 if m <= 1024 else 2 if m <= 2048 else 4
+    return 1 if m <= 512 else 4
 
 
 def _launch(top_lq: torch.Tensor, top_ids: torch.Tensor, root: torch.Tensor, nodes: int) -> tuple[torch.Tensor, ...]:

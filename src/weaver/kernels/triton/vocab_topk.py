@@ -85,7 +85,7 @@ def vocab_topk_config(V: int, k: int) -> tuple[int, int, int, int]:
     chunk = min(2048, next_pow2(V, 128))
     C = triton.cdiv(V, chunk)
     n = next_pow2(C * k, 32)
-    return chunk, C, 4, 1 if n <= 512 else 2 if n <= 2048 else 4
+    return chunk, C, 4, 1 if n <= 512 else 4
 
 
 def vocab_topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

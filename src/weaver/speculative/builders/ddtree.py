@@ -50,13 +50,13 @@ class DDTreePlan:
     k: int  # tokens kept per depth
     nodes: int  # budget' = N - 1: non-root nodes of the output
 
-    def top(self, marginals_logits: torch.Tensor, options: RuntimeOptions = DEFAULT_OPTIONS,
+    def top(self, marginals_logits: torch.Tensor, options: RuntimeOptions | None = None,
             ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         """The top-k log-marginals per depth, descending, and their tokens: [B, D, k] each. An all -inf
         marginal gives NaN log-probs: they become -inf (never proposed). The top-k of the raw logits (their
         log-softmax's order) minus one logsumexp per depth: no [B, D, V] log-softmax is written; on CUDA two
         Triton launches (`weaver.kernels.vocab_topk`), torch.topk and logsumexp elsewhere."""
-        top_lq, top_ids = top_logprobs(marginals_logits, self.k, options)  # [B, D, k]
+        top_lq, top_ids = top_logprobs(marginals_logits, self.k, options or DEFAULT_OPTIONS)  # [B, D, k]
         return torch.where(top_lq.isnan(), _NEG_INF, top_lq), top_ids
 
 
