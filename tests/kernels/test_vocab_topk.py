@@ -81,7 +81,7 @@ def test_vocab_topk_neg_inf() -> None:
     x[0, ::3] = NEG_INF
     x[1, : 2 * chunk] = NEG_INF
     x[2, :] = NEG_INF
-    x[2, [4321, 4999, 17]] = torch.tensor([-7.0, -8.0, -9.0])  # three finite entries, k = 8
+    x[2, [4321, 4999, 17]] = torch.tensor([-7.0, -8.0, -9.0], device=DEVICE)  # three finite entries, k = 8
     x[3, chunk:] = NEG_INF
     x[4] = NEG_INF
     logp, index = vocab_topk(x, 8)

@@ -23,9 +23,12 @@ class StepInputs:
     attn_mask: torch.Tensor  # [B, 1, T, S] bool: committed prefix + ancestors-or-self
     window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
     parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
+    # which GDN / conv paths the layers take. No default: dynamo on torch 2.11 wraps a dataclass's defaults when
+    # it traces the constructor, and an object default (DEFAULT_OPTIONS) broke every compiled hybrid forward in
+    # two there (tests/speculative/test_graph_breaks.py on the H200), even with every field passed
+    options: RuntimeOptions
     tree_structure: object | None = None  # kernel-side tree structure, built once per verify
     gdn_scratch: object | None = None  # models.cache.GDNTreeScratch: where a verify's GDN layers leave commit inputs
-    options: RuntimeOptions = DEFAULT_OPTIONS  # which GDN / conv paths the layers take
 
     @property
     def is_tree(self) -> bool:
@@ -47,7 +50,8 @@ def build_step(
     ancestors: the tree's [B, T, T] ancestor-or-self mask when the caller has it (else computed here).
     options: the GDN / conv paths of the forward. Every field is passed to StepInputs explicitly: under
     torch.compile a dataclass default that is an object (DEFAULT_OPTIONS) breaks the graph (dynamo cannot
-    wrap it), which split every compiled forward into four graphs with eager code between them.
+    wrap it), which split every compiled forward into four graphs with eager code between them; StepInputs
+    has no such default left (torch 2.11 wraps the defaults even when every field is passed).
     """
     device = lengths.device
     batch = lengths.shape[0]
