@@ -121,8 +121,8 @@ def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     or later, and when `launch_config` allows it (RuntimeOptions.pdl); else none. A kernel that prefetches rows
     before its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies.
     A kernel without prefetches reads nothing before its wait. None while torch.compile traces a launcher: the
-    compiled graph launches the kernel itself, and the capability query would break the graph (dynamo cannot
-    hold the device-properties object it goes through)."""
+    compiled graph launches the kernel through inductor's own wrapper, and the capability query goes through a
+    device-properties object that dynamo may not be able to wrap (not yet seen to break a graph: a guard)."""
     if torch.compiler.is_compiling() or device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
         return {}
     return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
