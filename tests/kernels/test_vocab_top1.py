@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+from helpers.vocab import NEG_INF, logits, random_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,13 +23,6 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 SHAPES = [(1, 1), (2, 7), (3, 128), (1, 2048), (2, 2049), (4, 5000)]
 if FULL:
     SHAPES += [(r, v) for r in (1, 16, 65) for v in (49152, 151936)]
-NEG_INF = float("-inf")
-
-
-def logits(R: int, V: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """[R, V] logits of a language-model scale (std 3)."""
-    gen = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(R, V, generator=gen)).to(dtype).to(DEVICE)
 
 
 def reference(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -105,14 +99,7 @@ def test_vocab_top1_strided_rows() -> None:
     seed=st.integers(0, 10_000),
 )
 def test_vocab_top1_random(R: int, V: int, dtype: torch.dtype, kind: str, seed: int) -> None:
-    x = logits(R, V, dtype, seed)
-    if kind == "ties":  # few distinct values: many equal maxima
-        x = x.round().clamp(-2, 2)
-    elif kind == "neg_inf":  # up to ~90% of each row masked, at least one finite entry kept
-        gen = torch.Generator().manual_seed(seed)
-        drop = torch.rand(R, V, generator=gen) < torch.rand(R, 1, generator=gen) * 0.9
-        drop[:, torch.randint(0, V, (1,), generator=gen)] = False
-        x = x.masked_fill(drop.to(DEVICE), NEG_INF)
+    x = random_rows(R, V, dtype, kind, seed)
     assert_top1(vocab_top1(x), x)
 
 

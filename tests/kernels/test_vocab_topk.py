@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+from helpers.vocab import NEG_INF, logits, random_rows
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,13 +23,6 @@ DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 CASES = [(1, 1, 1), (2, 7, 3), (3, 128, 16), (1, 2048, 15), (2, 2049, 8), (4, 5000, 16), (2, 5000, 64)]
 if FULL:
     CASES += [(r, 49152, k) for r in (15, 16, 64) for k in (15, 16, 64)] + [(16, 151936, 16)]
-NEG_INF = float("-inf")
-
-
-def logits(R: int, V: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
-    """[R, V] logits of a language-model scale (std 3)."""
-    gen = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(R, V, generator=gen)).to(dtype).to(DEVICE)
 
 
 def reference(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -111,14 +105,7 @@ def test_vocab_topk_strided_rows() -> None:
 )
 def test_vocab_topk_random(R: int, V: int, k: int, dtype: torch.dtype, kind: str, seed: int) -> None:
     k = min(k, V)
-    x = logits(R, V, dtype, seed)
-    if kind == "ties":  # few distinct values: ties inside and across chunks
-        x = x.round().clamp(-2, 2)
-    elif kind == "neg_inf":  # up to ~90% of each row masked, at least one finite entry kept
-        gen = torch.Generator().manual_seed(seed)
-        drop = torch.rand(R, V, generator=gen) < torch.rand(R, 1, generator=gen) * 0.9
-        drop[:, torch.randint(0, V, (1,), generator=gen)] = False
-        x = x.masked_fill(drop.to(DEVICE), NEG_INF)
+    x = random_rows(R, V, dtype, kind, seed)
     assert_topk(vocab_topk(x, k), x, k)
 
 

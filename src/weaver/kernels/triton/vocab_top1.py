@@ -26,7 +26,7 @@ import triton.language as tl
 from weaver.kernels.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.kernels.vocab_top1 import VOCAB_TOP1_DTYPES
 
-__all__ = ["vocab_top1", "vocab_top1_config"]
+__all__ = ["combine_chunks", "vocab_top1", "vocab_top1_config"]
 
 
 @triton.jit
@@ -47,20 +47,29 @@ def _chunk_kernel(x, part_max, part_idx, part_sum, V, C, stride_x, CHUNK: tl.con
 
 
 @triton.jit
+def combine_chunks(part_max, part_sum, i_r, C, BLOCK_C: tl.constexpr):
+    """Row i_r's C chunk partials (max m_c, sum exp(x - m_c)): (the maxima [BLOCK_C], M = their max, M_ref = M or 0
+    when M is -inf, total = sum_c s_c exp(m_c - M_ref)); logsumexp = M_ref + log(total), -inf for an all -inf row."""
+    o_c = tl.arange(0, BLOCK_C)
+    m_c = o_c < C
+    b_max = tl.load(part_max + i_r * C + o_c, mask=m_c, other=float("-inf"))
+    b_sum = tl.load(part_sum + i_r * C + o_c, mask=m_c, other=0.0)
+    M = tl.max(b_max, 0)
+    M_ref = tl.where(M == float("-inf"), 0.0, M)
+    total = tl.sum(b_sum * tl.exp(b_max - M_ref), 0)  # >= 1 when M is finite: the max's chunk adds exp(0)
+    return b_max, M, M_ref, total
+
+
+@triton.jit
 def _combine_kernel(part_max, part_idx, part_sum, logp, index, C, BLOCK_C: tl.constexpr, PDL: tl.constexpr = False):
     """Program (row r): the row's max log-softmax and lowest argmax from its C chunk partials."""
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
     i_r = tl.program_id(0).to(tl.int64)
     o_c = tl.arange(0, BLOCK_C)
-    m_c = o_c < C
-    b_max = tl.load(part_max + i_r * C + o_c, mask=m_c, other=float("-inf"))
-    b_idx = tl.load(part_idx + i_r * C + o_c, mask=m_c, other=2**62)
-    b_sum = tl.load(part_sum + i_r * C + o_c, mask=m_c, other=0.0)
-    M = tl.max(b_max, 0)
+    b_max, M, M_ref, total = combine_chunks(part_max, part_sum, i_r, C, BLOCK_C)
+    b_idx = tl.load(part_idx + i_r * C + o_c, mask=o_c < C, other=2**62)
     first = tl.min(tl.where(b_max == M, b_idx, 2**62), 0)  # lanes past C hold 2**62: a real chunk wins
-    M_ref = tl.where(M == float("-inf"), 0.0, M)
-    total = tl.sum(b_sum * tl.exp(b_max - M_ref), 0)  # >= 1 when M is finite: the max's chunk adds exp(0)
     tl.store(logp + i_r, (M - M_ref) - tl.log(total))  # -log(total) = M - logsumexp; NaN for all -inf rows
     tl.store(index + i_r, first)
 

@@ -26,6 +26,7 @@ import triton.language as tl
 
 from weaver.kernels.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.kernels.triton.topk import select_top
+from weaver.kernels.triton.vocab_top1 import combine_chunks
 from weaver.kernels.vocab_topk import VOCAB_TOPK_DTYPES, VOCAB_TOPK_MAX_K
 
 __all__ = ["vocab_topk", "vocab_topk_config"]
@@ -61,13 +62,8 @@ def _combine_topk_kernel(part_val, part_idx, part_max, part_sum, logp, index, C,
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
     i_r = tl.program_id(0).to(tl.int64)
-    o_c = tl.arange(0, BLOCK_C)
-    m_c = o_c < C
-    b_max = tl.load(part_max + i_r * C + o_c, mask=m_c, other=float("-inf"))
-    b_sum = tl.load(part_sum + i_r * C + o_c, mask=m_c, other=0.0)
-    M = tl.max(b_max, 0)
-    M_ref = tl.where(M == float("-inf"), 0.0, M)
-    lse = M_ref + tl.log(tl.sum(b_sum * tl.exp(b_max - M_ref), 0))  # -inf for a row of only -inf
+    _, _, M_ref, total = combine_chunks(part_max, part_sum, i_r, C, BLOCK_C)
+    lse = M_ref + tl.log(total)  # -inf for a row of only -inf
     o_n = tl.arange(0, BLOCK_N)
     m_n = o_n < C * k
     b_val = tl.load(part_val + i_r * C * k + o_n, mask=m_n, other=float("-inf"))
