@@ -24,8 +24,8 @@ class StepInputs:
     window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
     parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
     # which GDN / conv paths the layers take. No default: dynamo on torch 2.11 wraps a dataclass's defaults when
-    # it traces the constructor, and an object default (DEFAULT_OPTIONS) broke every compiled hybrid forward in
-    # two there (tests/speculative/test_graph_breaks.py on the H200), even with every field passed
+    # it traces the constructor, and an object default (DEFAULT_OPTIONS) broke every compiled hybrid forward
+    # there (tests/speculative/test_graph_breaks.py on the H200), even with every field passed
     options: RuntimeOptions
     tree_structure: object | None = None  # kernel-side tree structure, built once per verify
     gdn_scratch: object | None = None  # models.cache.GDNTreeScratch: where a verify's GDN layers leave commit inputs

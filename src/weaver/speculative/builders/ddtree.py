@@ -55,7 +55,9 @@ class DDTreePlan:
         """The top-k log-marginals per depth, descending, and their tokens: [B, D, k] each. An all -inf
         marginal gives NaN log-probs: they become -inf (never proposed). The top-k of the raw logits (their
         log-softmax's order) minus one logsumexp per depth: no [B, D, V] log-softmax is written; on CUDA two
-        Triton launches (`weaver.kernels.vocab_topk`), torch.topk and logsumexp elsewhere."""
+        Triton launches (`weaver.kernels.vocab_topk`), torch.topk and logsumexp elsewhere. `options` None means
+        DEFAULT_OPTIONS, not as a default argument: torch 2.11's dynamo cannot wrap an object default of a method
+        on an object made inside the traced build (it broke the build stage in three graphs on the H200)."""
         top_lq, top_ids = top_logprobs(marginals_logits, self.k, options or DEFAULT_OPTIONS)  # [B, D, k]
         return torch.where(top_lq.isnan(), _NEG_INF, top_lq), top_ids
 
