@@ -20,6 +20,7 @@
 #   (tok/s of every method and budget next to ar), the same prompts.
 # Warm starts: DRAFTER_INIT / WEAVER_INIT (e.g. src/weaver/assets/smollm2-drafter) start a new run from trained
 # weights (`--init-from`), so runs add up across sessions; `regen` regenerates the data only.
+# WEAVER_RANK / WEAVER_HEADS / WEAVER_MLP set a new adapter's shape (a warm start keeps its own).
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
 stage=${1:?calibrate, regen, drafter, more, finish, all, weaver or bench}
@@ -57,7 +58,7 @@ train_adapter() {
   timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
     --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
     --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --d-rank ${WEAVER_RANK:-512} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+    --d-rank ${WEAVER_RANK:-512} --heads ${WEAVER_HEADS:-8} --mlp-dim ${WEAVER_MLP:-1024} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
 }
 case $stage in
 more)  # the drafter run only, for DRAFTER_S more seconds; its final weights back as drafter_final.tar.*

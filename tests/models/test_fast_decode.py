@@ -60,7 +60,7 @@ def test_fast_decode_with_pdl_equals_without():
     from weaver.kernels import launch_config
     from weaver.kernels.triton._utils import pdl_launch
 
-    if not pdl_launch(torch.device(DEVICE), 2):
+    if not pdl_launch(torch.device(DEVICE), 2)["PDL"]:
         pytest.skip("this GPU has no programmatic dependent launch (before Hopper)")
     model = weaver.LLM.from_config("tiny-llama", seed=2, device=DEVICE, dtype="bf16").model
     fast = FastDecoder(model)

@@ -118,14 +118,18 @@ def pdl_wait():
 
 def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     """Launch options for a kernel with a `PDL` constexpr: programmatic dependent launch when compiled, on Hopper
-    or later, and when `launch_config` allows it (RuntimeOptions.pdl); else none. A kernel that prefetches rows
-    before its wait passes their itemsize: the prefetches count 64 values a line, so only 16-bit data qualifies.
-    A kernel without prefetches reads nothing before its wait. None while torch.compile traces a launcher: the
-    compiled graph launches the kernel through inductor's own wrapper, and the capability query goes through a
-    device-properties object that dynamo may not be able to wrap (not yet seen to break a graph: a guard)."""
+    or later, and when `launch_config` allows it (RuntimeOptions.pdl); else `PDL=False`, always passed: torch
+    2.11's inductor launches a user Triton kernel whose defaulted constexpr was left out with one argument too
+    few ("launcher() missing ... '_grid_2'", the hybrid verify on the H200), so the value is never left to the
+    default. A kernel that prefetches rows before its wait passes their itemsize: the prefetches count 64 values
+    a line, so only 16-bit data qualifies. A kernel without prefetches reads nothing before its wait. Off while
+    torch.compile traces a launcher: the compiled graph launches the kernel through inductor's own wrapper, and
+    the capability query goes through a device-properties object that dynamo may not be able to wrap."""
     if torch.compiler.is_compiling() or device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
-        return {}
-    return {"PDL": True, "launch_pdl": True} if torch.cuda.get_device_capability(device)[0] >= 9 else {}
+        return {"PDL": False}
+    if torch.cuda.get_device_capability(device)[0] < 9:
+        return {"PDL": False}
+    return {"PDL": True, "launch_pdl": True}
 
 
 def next_pow2(n: int, minimum: int = 16) -> int:

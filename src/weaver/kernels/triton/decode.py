@@ -368,7 +368,8 @@ def pdl_gemm_options(device: torch.device, k: int, itemsize: int) -> dict:
     before it loads anything, so the weight stream overlaps the kernel boundary. H200 (rounds/h200_v18): the
     chain verify stage graph 0.81 -> 0.73 ms; the one-graph round did not move."""
     options = pdl_launch(device, itemsize)
-    return {**options, "K_LINES": triton.next_power_of_2(triton.cdiv(k, 64))} if options else {}
+    lines = triton.next_power_of_2(triton.cdiv(k, 64)) if options["PDL"] else 1
+    return {**options, "K_LINES": lines}  # every constexpr explicit (`pdl_launch`)
 
 
 def _fused_gemm_rows(x, weight, norm_weight, eps, residual, swiglu, out, norm_out, tiles: GemmTiles) -> torch.Tensor:
