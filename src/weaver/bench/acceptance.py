@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
 DEFAULT_WORKLOADS = ["mt-bench", "humaneval", "gsm_symbolic"]
@@ -97,13 +98,14 @@ def run(args: argparse.Namespace) -> int:
     report = {"command": " ".join(sys.argv), "model": args.model, "device": str(llm.model.device),
               "dtype": str(llm.model.dtype), "host": platform.node(), "torch": torch.__version__,
               "max_new_tokens": args.max_new_tokens, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "summary": summarise(records), "records": records}
+              "summary": summarise(records), "compile_fallbacks": llm.engine.compile_fallbacks, "records": records}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
     (out / "report.md").write_text(markdown(report))
     plot(report["summary"], out / "tau.png")
     print(markdown(report))
+    warn_fallbacks(report["compile_fallbacks"])
     bad = [(r["workload"], r["id"], x["method"], x["budget"], x.get("w")) for r in records for x in r["runs"]
            if x.get("equal_to_ar") is False]
     if bad:
@@ -202,6 +204,7 @@ def markdown(report: dict) -> str:
     bad = sum(1 for r in report["records"] for x in r["runs"] if x.get("equal_to_ar") is False)
     n = sum(1 for r in report["records"] for x in r["runs"] if "equal_to_ar" in x)
     lines += ["", f"Greedy outputs equal to ar: {n - bad} of {n}.", ""]
+    lines += fallback_lines(report.get("compile_fallbacks"))
     return "\n".join(lines)
 
 

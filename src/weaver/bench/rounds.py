@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
 PROMPTS = [
@@ -67,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
         "dtype": str(llm.model.dtype), "torch": torch.__version__, "python": platform.python_version(),
         "threads": torch.get_num_threads(), "new_tokens": args.new_tokens, "temperature": args.temperature,
         "command": " ".join(["weaver", "bench", "rounds", *sys.argv[3:]]), "rows": rows,
+        "compile_fallbacks": llm.engine.compile_fallbacks,
     }
+    warn_fallbacks(report["compile_fallbacks"])
     if args.out:
         with open(args.out, "w") as f:
             json.dump(report, f, indent=2)
@@ -151,4 +154,5 @@ def markdown_table(report: dict) -> str:
         cells = " | ".join(f"{r['stage_ms'].get(s, 0.0):.3f}" for s in STAGES[1:])
         lines.append(f"| {r['method']} | {r['budget']} | {r['tau']:.2f} | {r['tok_per_s']:.1f} | {r['round_ms']:.3f} "
                      f"| {ratio} | {cells} |\n")
-    return "".join(lines)
+    fallbacks = fallback_lines(report.get("compile_fallbacks"))
+    return "".join(lines) + "".join(f"\n{line}" for line in fallbacks)

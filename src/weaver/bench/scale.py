@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 from weaver.bench import rounds
+from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
 # tau at budget 64 (chain: block 16) from weaver-paper.md §5.2: derived from the paper's text, not its table
@@ -77,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
     def save() -> None:
         report["projection"] = projection(report, taus)
+        report["compile_fallbacks"] = dict(llm.engine.compile_fallbacks)
         (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
         (out / "report.md").write_text(markdown(report))
 
@@ -111,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         save()
     measure_rows([m for m in args.methods if m != "ar"])
     print(markdown(report))
+    warn_fallbacks(report["compile_fallbacks"])
     return 0
 
 
@@ -348,4 +351,5 @@ def markdown(report: dict) -> str:
     if report["prefill"]:
         lines.append("## Prefill\n\n| tokens | ms | tok/s |\n|---:|---:|---:|\n")
         lines += [f"| {p['tokens']} | {p['ms']:.1f} | {p['tok_per_s']:.0f} |\n" for p in report["prefill"]]
+    lines += [f"\n{line}" for line in fallback_lines(report.get("compile_fallbacks"))]
     return "".join(lines)

@@ -20,7 +20,7 @@ import torch
 
 from weaver.speculative.round import RoundState, Stages, decode_round
 
-__all__ = ["GraphedStep", "RoundGraph", "StageGraphs", "capture", "compile_stages", "own_code"]
+__all__ = ["GraphedStep", "RoundGraph", "StageGraphs", "capture", "compile_fallbacks", "compile_stages", "own_code"]
 
 
 def capture(fn: Callable[[], object], warmup: int = 2) -> tuple[torch.cuda.CUDAGraph, object]:
@@ -67,12 +67,13 @@ def own_code(fn: Callable) -> Callable:
 
 class _CompiledOrEager:
     """A stage compiled on first call (static shapes); if the compiler fails, warn once and run the eager stage
-    from then on."""
+    from then on (the error stays in `error`, for `compile_fallbacks`)."""
 
     def __init__(self, name: str, fn: Callable, fullgraph: bool) -> None:
         self.name, self.eager = name, fn
         self.fn = torch.compile(own_code(fn), dynamic=False, fullgraph=fullgraph)
         self.compiled = True
+        self.error: str | None = None
 
     def __call__(self, *args):
         if not self.compiled:
@@ -80,9 +81,17 @@ class _CompiledOrEager:
         try:
             return self.fn(*args)
         except Exception as err:  # noqa: BLE001 - any compiler failure: keep the eager stage
-            warnings.warn(f"stage {self.name!r} not compiled: {type(err).__name__}: {err}", stacklevel=2)
+            self.error = f"{type(err).__name__}: {err}".splitlines()[0][:300]
+            warnings.warn(f"stage {self.name!r} not compiled: {self.error}", stacklevel=2)
             self.compiled = False
             return self.eager(*args)
+
+
+def compile_fallbacks(stages: Stages) -> dict[str, str]:
+    """{stage name: compiler error} for the stages of `stages` that fell back to eager: benchmarks report them, so
+    an eager stage is never timed as a compiled one without a word (the H200's hybrid verify once was)."""
+    found = (getattr(stages, name) for name in stages.NAMES)
+    return {s.name: s.error or "" for s in found if isinstance(s, _CompiledOrEager) and not s.compiled}
 
 
 def compile_stages(stages: Stages, names: tuple[str, ...], fullgraph: bool = False) -> Stages:

@@ -21,7 +21,7 @@ from weaver.kernels.dispatch import use_kernel
 from weaver.models.cache import ModelCache
 from weaver.models.decoder import Decoder
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
-from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_stages
+from weaver.speculative.capture import GraphedStep, RoundGraph, StageGraphs, compile_fallbacks, compile_stages
 from weaver.speculative.readback import ChunkReadback
 from weaver.speculative.round import (
     RoundConfig,
@@ -90,6 +90,8 @@ class Engine:
         self._prefill_graphs: dict[tuple, GraphedStep] = {}
         self._prefill_bodies: dict[str, Callable] = {}  # "target" / "speculative"
         self._captured: dict[tuple, object] = {}  # RoundGraph / StageGraphs / AR step graph per configuration
+        # "<method>/<budget> <stage>" -> compiler error, for every captured stage that fell back to eager
+        self.compile_fallbacks: dict[str, str] = {}
 
     # -- options ------------------------------------------------------------------------------------
     @property
@@ -320,6 +322,8 @@ class _Runner:
         state = self._prefill(None)
         stages = compile_stages(engine.stages_for(self.cfg, None), engine.compiled_stage_names(self.cfg))
         captured = RoundGraph(stages, state) if mode == "round" or self.ar else StageGraphs(stages, state)
+        for name, error in compile_fallbacks(stages).items():
+            engine.compile_fallbacks[f"{self.cfg.method}/{self.cfg.budget} {name}"] = error
         self.cache.reset()
         return captured
 
