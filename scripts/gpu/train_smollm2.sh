@@ -20,7 +20,8 @@
 #   (tok/s of every method and budget next to ar), the same prompts.
 # Warm starts: DRAFTER_INIT / WEAVER_INIT (e.g. src/weaver/assets/smollm2-drafter) start a new run from trained
 # weights (`--init-from`), so runs add up across sessions; `regen` regenerates the data only.
-# WEAVER_RANK / WEAVER_HEADS / WEAVER_MLP set a new adapter's shape (a warm start keeps its own).
+# WEAVER_RANK / WEAVER_HEADS / WEAVER_MLP set a new adapter's shape (a warm start keeps its own); DRAFTER_GROW
+# (with DRAFTER_INIT) appends drafter layers that start as the identity (`--grow-to`).
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
 stage=${1:?calibrate, regen, drafter, more, finish, all, weaver or bench}
@@ -52,7 +53,7 @@ resume_drafter() {  # continue (or start) the drafter run in $W/drafter: one cos
   timeout ${DRAFTER_TIMEOUT:-420} python3 -m weaver.cli train drafter --data $W/regen --out $W/drafter \
     --steps ${DRAFTER_STEPS:?the total of the run} --max-seconds ${DRAFTER_S:-330} --lr ${DRAFTER_LR:-1e-3} \
     --warmup-steps 60 --layers ${DRAFTER_LAYERS:-4} --anchors ${DRAFTER_ANCHORS:-64} \
-    --batch-size ${DRAFTER_BATCH:-16} ${DRAFTER_INIT:+--init-from $DRAFTER_INIT} --log-every 25 2>&1 | log 20 | tee -a $OUT/${1:-drafter_log2.txt}
+    --batch-size ${DRAFTER_BATCH:-16} ${DRAFTER_INIT:+--init-from $DRAFTER_INIT} ${DRAFTER_GROW:+--grow-to $DRAFTER_GROW} --log-every 25 2>&1 | log 20 | tee -a $OUT/${1:-drafter_log2.txt}
 }
 train_adapter() {
   timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \

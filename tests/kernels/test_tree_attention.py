@@ -385,6 +385,7 @@ def test_programmatic_dependent_launch_only_compiled_on_hopper(monkeypatch):
     assert pdl_gemm_options(torch.device("cpu"), 576, 2) == {"PDL": False, "K_LINES": 1}
     if DEVICE == "cuda" and torch.cuda.get_device_capability()[0] >= 9:
         assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {"PDL": True, "K_LINES": 16, "launch_pdl": True}
-        assert pdl_gemm_options(torch.device("cuda"), 576, 4) == {"PDL": False, "K_LINES": 1}  # fp32 weights: the prefetch assumes 2 bytes
+        # fp32 weights: the prefetch assumes 2 bytes
+        assert pdl_gemm_options(torch.device("cuda"), 576, 4) == {"PDL": False, "K_LINES": 1}
         monkeypatch.setattr(launch_config.settings(), "pdl", False)
         assert pdl_gemm_options(torch.device("cuda"), 576, 2) == {"PDL": False, "K_LINES": 1}

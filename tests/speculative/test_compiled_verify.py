@@ -21,7 +21,6 @@ from weaver.speculative.round import RoundConfig, RoundState
 from weaver.speculative.sampling import SamplingParams
 from weaver.speculative.tree import DraftTree
 
-
 CASES = [
     pytest.param("cpu", "fp32", "torch", id="cpu-torch"),
     pytest.param("cuda", "fp32", "auto", id="cuda-triton-fp32", marks=pytest.mark.gpu),

@@ -129,3 +129,31 @@ def test_warm_start_loads_trained_weights_and_rejects_a_misfit(tmp_path, target,
     short = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=4, seed=3)
     with pytest.raises(CheckpointError, match="max_depth is 4, but this run needs 3"):
         adapter_init(tmp_path / "w", target, short)
+
+
+def test_a_grown_drafter_drafts_as_before_and_its_new_layers_learn(target, store) -> None:
+    from weaver.errors import CheckpointError
+    from weaver.train.warm_start import grow_drafter
+
+    drafter = DFlashDrafter.random(target.config, num_layers=2, num_target_features=2, block_size=4, seed=3)
+    grown = grow_drafter(drafter, 4, seed=5)
+    assert grown.config.num_hidden_layers == 4 and len(grown.layers) == 4
+    assert grown.config.layer_types == drafter.config.layer_types * 2
+    assert any(p.abs().sum() > 0 for p in grown.layers[3].self_attn.q_proj.parameters())  # drawn, not zero
+    ctx_rows = torch.randn(1, 6, target.config.hidden_size * 2, generator=torch.Generator().manual_seed(0))
+    root = torch.tensor([3])
+    outs = []
+    for model in (drafter, grown):
+        ctx = model.new_context(1, 16)
+        model.append_context(ctx, ctx_rows)
+        outs.append(model.draft(ctx, root, target.model.embed_tokens, target.lm_head).logits)
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+    task = DrafterTask(target, store, DrafterTaskConfig(num_layers=4, num_target_features=2, block_size=4, anchors=8,
+                                                        batch_size=4), drafter=grown)  # fmt: skip
+    model = task.model()
+    loss, _ = task.loss(model, task.batch(0, 0, 0, 1))
+    loss.backward()
+    new = next(m for m in model.modules() if m is grown.layers[3])
+    assert new.self_attn.o_proj.weight.grad.abs().sum() > 0 and new.mlp.down_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(CheckpointError, match="already has 2 layers"):
+        grow_drafter(drafter, 1)

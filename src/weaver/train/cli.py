@@ -81,6 +81,8 @@ def add_train_commands(sub) -> None:
                    help="random (the recipe), or start the layers as copies of the target's top layers")
     d.add_argument("--init-from", default=None, metavar="DIR",
                    help="start from this trained drafter's weights (its shape wins over --layers/--features)")
+    d.add_argument("--grow-to", type=int, default=None, metavar="LAYERS",
+                   help="with --init-from: append layers up to this many, each the identity at first")
     add_train_arguments(d)
     d.set_defaults(func=_cmd_train_drafter)
     w = tsub.add_parser("weaver", help="the Weaver adapter (target and drafter frozen)")
@@ -126,14 +128,18 @@ def _cmd_train_drafter(args: argparse.Namespace) -> int:
     from weaver.train.drafter_task import DrafterTask, DrafterTaskConfig
     from weaver.train.loop import train, train_config
     from weaver.train.shards import SequenceStore
-    from weaver.train.warm_start import drafter_init
+    from weaver.train.warm_start import drafter_init, grow_drafter
 
+    if args.grow_to is not None and not args.init_from:
+        raise SystemExit("error: --grow-to needs --init-from (the trained drafter to grow)")
     cfg = train_config(args)
     target = _load_target(args)
     drafter = None
     layers, features = args.layers, args.features
     if args.init_from:
         drafter = drafter_init(args.init_from, target, args.block_size)
+        if args.grow_to is not None:
+            drafter = grow_drafter(drafter, args.grow_to, seed=cfg.seed)
         layers, features = drafter.config.num_hidden_layers, len(drafter.config.target_layer_ids)
     task_cfg = DrafterTaskConfig(num_layers=layers, num_target_features=features,
                                  block_size=args.block_size, anchors=args.anchors, gamma=args.gamma,

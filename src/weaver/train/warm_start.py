@@ -2,19 +2,23 @@
 
 A run's checkpoints resume it exactly (optimizer included); `--init-from` is for the next run: the weights of a
 finished drafter or adapter (e.g. the shipped ones), a fresh optimizer and schedule. The checkpoint must fit
-the target; a mismatch is a CheckpointError naming the field.
+the target; a mismatch is a CheckpointError naming the field. `grow_drafter` (`--grow-to`) gives a trained
+drafter more layers that start as the identity, so a deeper drafter starts where the shallow one ended.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+import torch
 
 from weaver.errors import CheckpointError
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
 
-__all__ = ["adapter_init", "drafter_init"]
+__all__ = ["adapter_init", "drafter_init", "grow_drafter"]
 
 
 def drafter_init(path: str | Path, target: Decoder, block_size: int) -> DFlashDrafter:
@@ -28,6 +32,30 @@ def drafter_init(path: str | Path, target: Decoder, block_size: int) -> DFlashDr
     if deepest >= tcfg.num_hidden_layers:
         raise CheckpointError(f"{path}: taps target layer {deepest}, but the target has {tcfg.num_hidden_layers}")
     return drafter.float()
+
+
+@torch.no_grad()
+def grow_drafter(drafter: DFlashDrafter, num_layers: int, seed: int = 0) -> DFlashDrafter:
+    """`drafter` with layers appended up to `num_layers`, each new one the identity at first (its o_proj and
+    down_proj zero, the rest drawn as a new drafter's), so its marginals are unchanged and training goes on from
+    them with more depth. New layers repeat the last layer's type."""
+    cfg, have = drafter.config, drafter.config.num_hidden_layers
+    if num_layers < have:
+        raise CheckpointError(f"--grow-to {num_layers}: the drafter already has {have} layers")
+    extra = num_layers - have
+    types = cfg.layer_types + cfg.layer_types[-1:] * extra
+    grown_cfg = dataclasses.replace(cfg, num_hidden_layers=num_layers, layer_types=types)
+    grown = DFlashDrafter(grown_cfg).init_random_weights(seed).to(device=drafter.device, dtype=drafter.dtype)
+    missing, unexpected = grown.load_state_dict(drafter.state_dict(), strict=False)
+    new_prefixes = tuple(f"layers.{i}." for i in range(have, num_layers))
+    if unexpected or any(not key.startswith(new_prefixes) for key in missing):
+        raise CheckpointError(f"cannot grow this drafter: unexpected {unexpected}, missing {missing}")
+    for layer in grown.layers[have:]:
+        for out_proj in (layer.self_attn.o_proj, layer.mlp.down_proj):
+            out_proj.weight.zero_()
+            if out_proj.bias is not None:
+                out_proj.bias.zero_()
+    return grown.train(drafter.training)
 
 
 def adapter_init(path: str | Path, target: Decoder, drafter: DFlashDrafter) -> WeaverAdapter:
