@@ -1,0 +1,52 @@
+"""Merge `weaver bench acceptance` reports run apart (one workload or method per run, same code and weights) into
+one table: tau per workload and macro for every run key, greedy equality with ar, and the issue-17 ratios.
+
+    python3 scripts/merge_acceptance.py RUN_DIR... [--ratios weaver/64:chain/15 weaver/64:ddtree/64] > table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", help="directories holding a report.json")
+    parser.add_argument("--ratios", nargs="*", default=[], help="A:B pairs of run keys: macro tau A / B")
+    args = parser.parse_args()
+    tau: dict[str, dict[str, float]] = {}
+    equal: dict[str, list[int]] = {}
+    for run in args.runs:
+        report = json.loads((Path(run) / "report.json").read_text())
+        for key, entry in report["summary"].items():
+            for workload, stats in entry["per_workload"].items():
+                tau.setdefault(key, {})[workload] = stats["tau"]
+        for record in report["records"]:
+            for r in record["runs"]:
+                if "equal_to_ar" in r:
+                    key = f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
+                    counts = equal.setdefault(key, [0, 0])
+                    counts[0] += bool(r["equal_to_ar"])
+                    counts[1] += 1
+    workloads = sorted({w for per in tau.values() for w in per})
+    print(f"| run | {' | '.join(f'tau {w}' for w in workloads)} | macro tau | greedy equal to ar |")
+    print("|---|" + "---:|" * (len(workloads) + 2))
+    macro = {}
+    for key, per in tau.items():
+        cells = " | ".join(f"{per[w]:.2f}" if w in per else "" for w in workloads)
+        macro[key] = statistics.mean(per.values()) if set(per) == set(workloads) else None
+        eq = f"{equal[key][0]} of {equal[key][1]}" if key in equal else ""
+        print(f"| {key} | {cells} | {'' if macro[key] is None else f'{macro[key]:.2f}'} | {eq} |")
+    for pair in args.ratios:
+        a, b = pair.split(":")
+        if macro.get(a) and macro.get(b):
+            per = ", ".join(f"{w} {tau[a][w] / tau[b][w]:.2f}x" for w in workloads)
+            print(f"\n{a} / {b}: macro {macro[a] / macro[b]:.2f}x ({per})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
