@@ -125,9 +125,8 @@ def pdl_launch(device: torch.device, itemsize: int = 2) -> dict:
     a line, so only 16-bit data qualifies. A kernel without prefetches reads nothing before its wait. Off while
     torch.compile traces a launcher: the compiled graph launches the kernel through inductor's own wrapper, and
     the capability query goes through a device-properties object that dynamo may not be able to wrap."""
-    if torch.compiler.is_compiling() or device.type != "cuda" or interpreting() or not settings().pdl or itemsize != 2:
-        return {"PDL": False}
-    if torch.cuda.get_device_capability(device)[0] < 9:
+    off = torch.compiler.is_compiling() or device.type != "cuda" or interpreting() or not settings().pdl
+    if off or itemsize != 2 or torch.cuda.get_device_capability(device)[0] < 9:
         return {"PDL": False}
     return {"PDL": True, "launch_pdl": True}
 
