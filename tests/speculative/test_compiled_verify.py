@@ -23,6 +23,7 @@ from weaver.speculative.tree import DraftTree
 
 CASES = [
     pytest.param("cpu", "fp32", "torch", id="cpu-torch"),
+    pytest.param("cpu", "fp32", "triton", id="cpu-triton-interpreted"),  # the kernels' custom ops, compiled
     pytest.param("cuda", "fp32", "auto", id="cuda-triton-fp32", marks=pytest.mark.gpu),
     pytest.param("cuda", "bf16", "auto", id="cuda-triton-bf16", marks=pytest.mark.gpu),
 ]

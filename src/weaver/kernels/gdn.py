@@ -88,6 +88,12 @@ def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options:
     """Tree verify from the committed `state` (read only); returns (o, aux for the commit). With `aux_out` (the
     layer's slot of the stacked factors) the factors land there and aux is aux_out."""
     tri = _tree_ops(options, q)
+    if tri is not None and torch.compiler.is_compiling():  # one opaque op: inductor never traces the kernels
+        structure = structure if structure is not None else build_tree_structure(parents, options)
+        if aux_out is None:
+            aux_out = _empty_aux(q, v)
+        o = gdn_tree_op(q, k, v, g, beta, *structure, state, *aux_out)
+        return o, aux_out
     if tri is not None:
         return tri.gdn_tree(
             q, k, v, g, beta, structure if structure is not None else parents,
@@ -99,6 +105,69 @@ def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options:
     for dst, src in zip(aux_out, aux, strict=True):
         dst.copy_(src)
     return o, aux_out
+
+
+def _empty_aux(q: torch.Tensor, v: torch.Tensor) -> gdn_ref.GDNTreeAux:
+    """Uninitialised fp32 factors of one layer's tree verify (where no stacked slot was handed in)."""
+    (b, t, h, dk), (hv, dv) = q.shape, v.shape[2:]
+    f32 = dict(device=q.device, dtype=torch.float32)
+    return gdn_ref.GDNTreeAux(k=torch.empty(b, t, h, dk, **f32), delta=torch.empty(b, t, hv, dv, **f32),
+                              G=torch.empty(b, t, hv, **f32))
+
+
+# The tree kernels as custom ops: under torch.compile each is one opaque call that runs the launcher on real
+# tensors, so inductor neither traces the Triton kernels nor plans memory around its own reading of them (traced,
+# the compiled hybrid verify hit an illegal memory access at the Qwen3.6-27B widths on the H200, session 30).
+
+
+@torch.library.custom_op("weaver::tree_structure", mutates_args=())
+def tree_structure_op(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`build_tree_structure`'s ancestor mask (int8 [B, T, T]) and depths (int32 [B, T])."""
+    from weaver.kernels.triton.structure import build_tree_structure as kernel
+
+    structure = kernel(parents)
+    return structure.anc, structure.depth
+
+
+@tree_structure_op.register_fake
+def _tree_structure_fake(parents):
+    b, t = parents.shape
+    return parents.new_empty(b, t, t, dtype=torch.int8), parents.new_empty(b, t, dtype=torch.int32)
+
+
+@torch.library.custom_op("weaver::gdn_tree", mutates_args=("aux_k", "aux_delta", "aux_G"))
+def gdn_tree_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, parents: torch.Tensor,
+    anc: torch.Tensor, depth: torch.Tensor, state: torch.Tensor | None, aux_k: torch.Tensor, aux_delta: torch.Tensor,
+    aux_G: torch.Tensor,
+) -> torch.Tensor:
+    """`weaver.kernels.triton.gdn_tree.gdn_tree` (l2norm, from `state`) writing its factors into aux_*."""
+    from weaver.kernels.triton.gdn_tree import gdn_tree as kernel
+    from weaver.kernels.triton.structure import TreeStructure
+
+    o, _ = kernel(q, k, v, g, beta, TreeStructure(parents, anc, depth), initial_state=state, use_qk_l2norm=True,
+                  aux_out=gdn_ref.GDNTreeAux(aux_k, aux_delta, aux_G))  # fmt: skip
+    return o
+
+
+@gdn_tree_op.register_fake
+def _gdn_tree_fake(q, k, v, g, beta, parents, anc, depth, state, aux_k, aux_delta, aux_G):
+    return v.new_empty(v.shape)
+
+
+@torch.library.custom_op("weaver::tree_conv1d", mutates_args=("x_out",))
+def tree_conv1d_op(
+    x: torch.Tensor, weight: torch.Tensor, parents: torch.Tensor, state: torch.Tensor | None, x_out: torch.Tensor
+) -> torch.Tensor:
+    """`weaver.kernels.triton.conv.tree_conv1d` (silu) that also copies x into `x_out`."""
+    from weaver.kernels.triton.conv import tree_conv1d as kernel
+
+    return kernel(x, weight, parents, state, x_out=x_out)
+
+
+@tree_conv1d_op.register_fake
+def _tree_conv1d_fake(x, weight, parents, state, x_out):
+    return x.new_empty(x.shape)
 
 
 def gdn_tree_commit(aux, path: torch.Tensor, state: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
@@ -118,6 +187,10 @@ def tree_conv1d(x, weight, parents, state, structure, options: RuntimeOptions, x
     """Each node's window is itself and its 3 nearest ancestors (DESIGN §4.5); `x_out` (the layer's slot of the
     stacked pre-conv inputs) also receives x, for the commit."""
     tri = _tree_ops(options, x)
+    if tri is not None and torch.compiler.is_compiling():  # one opaque op (see tree_structure_op)
+        structure = structure if structure is not None else build_tree_structure(parents, options)
+        x_out = x_out if x_out is not None else torch.empty_like(x)
+        return tree_conv1d_op(x, weight, structure.parents, state, x_out)
     if tri is not None:
         return tri.tree_conv1d(x, weight, structure if structure is not None else parents, state, x_out=x_out)
     if x_out is not None:
@@ -188,4 +261,6 @@ def commit_stacked(
 def build_tree_structure(parents: torch.Tensor, options: RuntimeOptions):
     """Kernel-side tree structure built once per verify and shared by every GDN layer (None for the references)."""
     tri = _tree_ops(options, parents)
+    if tri is not None and torch.compiler.is_compiling():  # one opaque op (see tree_structure_op)
+        return tri.TreeStructure(parents.to(torch.int32).contiguous(), *tree_structure_op(parents))
     return tri.build_tree_structure(parents) if tri is not None else None
