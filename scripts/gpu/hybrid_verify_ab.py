@@ -26,6 +26,8 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", default=["chain:16", "tree:64"], help="kind:non-root nodes")
     parser.add_argument("--context", type=int, default=512)
     parser.add_argument("--device", default="cuda", help="cpu: a plumbing smoke run (no compile there)")
+    parser.add_argument("--modes", nargs="+", default=["eager", "compiled"], choices=["eager", "compiled"],
+                        help="which sides to time per shape (compiling one 27B shape takes ~2 minutes)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device=args.device, dtype="bf16",
@@ -34,7 +36,7 @@ def main() -> int:
     rows = []
     for shape in args.shapes:
         kind, n = shape.split(":")
-        for compiled in (False, True):
+        for compiled in (mode == "compiled" for mode in args.modes):
             t0 = time.perf_counter()
             row = verify_row(llm, kind, int(n), args.context, compiled=compiled)
             row["wall_s"] = time.perf_counter() - t0

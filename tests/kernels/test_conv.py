@@ -50,6 +50,22 @@ def test_tree_conv_matches_reference(B, N, C, W, dtype, use_state, silu, structu
     assert_close("y", y_ref.float(), y.float(), 1e-6 if dtype == torch.float32 else 1e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_tree_conv_reads_a_column_slice_in_place(dtype) -> None:
+    """The layer's conv input is the q | k | v columns of the fused projection's output (row stride wider than
+    C): the kernel reads it in place, and equals the run on the contiguous copy bit for bit, x_out included."""
+    B, N, C, W = 2, 19, 48 if not FULL else C_FULL, 4
+    x, w, s = make(B, N, C + 24, W, 3, dtype)
+    x_slice, w, s = x[..., :C], w[:C], s[:, :C]
+    assert not x_slice.is_contiguous()
+    par = random_batch(B, N, 3, device=DEVICE)
+    out1, out2 = (torch.full((B, N, C), float("nan"), dtype=dtype, device=DEVICE) for _ in range(2))
+    y1 = wt.tree_conv1d(x_slice.contiguous(), w, par, s, x_out=out1)
+    y2 = wt.tree_conv1d(x_slice, w, par, s, x_out=out2)
+    assert y2.is_contiguous() and torch.equal(y1, y2) and torch.equal(out1, out2) and torch.equal(out2, x_slice)
+    assert_close("y", tree_conv1d(x_slice, w, par, s).float(), y2.float(), 1e-6 if dtype == torch.float32 else 1e-2)
+
+
 def test_tree_conv_on_chain_equals_causal_conv() -> None:
     B, N, C, W = 2, 33, 64 if not FULL else C_FULL, 4
     x, w, s = make(B, N, C, W, 1, torch.float32)

@@ -23,7 +23,9 @@ from weaver.speculative.tree import DraftTree
 
 CASES = [
     pytest.param("cpu", "fp32", "torch", id="cpu-torch"),
-    pytest.param("cpu", "fp32", "triton", id="cpu-triton-interpreted"),  # the kernels' custom ops, compiled
+    pytest.param("cpu", "fp32", "triton", id="cpu-triton-interpreted",  # the kernels' custom ops, compiled
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter runs where CUDA is not; "
+                                          "the cuda cases run the compiled kernels")),  # fmt: skip
     pytest.param("cuda", "fp32", "auto", id="cuda-triton-fp32", marks=pytest.mark.gpu),
     pytest.param("cuda", "bf16", "auto", id="cuda-triton-bf16", marks=pytest.mark.gpu),
 ]

@@ -17,7 +17,13 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.ops.adapter_finish import adapter_finish
 from weaver.options import RuntimeOptions
 
-__all__ = ["adapter_finish_op", "fused_finish"]
+__all__ = ["FUSED_FINISH_MAX_BYTES", "adapter_finish_op", "fused_finish"]
+
+# The three per-row GEMVs win where a step is launch-bound (SmolLM2's width-512 adapter: 2 MB of weights a
+# step); each re-reads its weight tile once per node row, so at the paper's width 2048 (32 MB a step) a step's
+# three GEMVs took 170 us on the H200 (scale/h200_session31/profile_27b.txt) and cuBLAS, through the compiled
+# torch reference, reads the weights once (scripts/gpu/adapter_build_ab.py times both).
+FUSED_FINISH_MAX_BYTES = 16 << 20
 
 
 @torch.library.custom_op("weaver::adapter_finish", mutates_args=())
@@ -42,6 +48,11 @@ def _adapter_finish_fake(x, attn, o_weight, norm_weight, norm_bias, eps, up_weig
 def fused_finish(block: torch.nn.Module, x: torch.Tensor, attn: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
     """`block.finish` of a `WeaverBlock` on rows: x [R, d] and attn [R, d] (heads concatenated) -> [R, d]."""
     args = (x, attn, *block.finish_weights())
-    if use_kernel(options, x):
+    if use_kernel(options, x) and finish_bytes(args) <= FUSED_FINISH_MAX_BYTES:
         return launch(adapter_finish_op, "weaver.kernels.triton.adapter_finish", "adapter_finish", *args)
     return adapter_finish(*args)
+
+
+def finish_bytes(args: tuple) -> int:
+    """Bytes of the three weight matrices of `fused_finish`'s arguments (o_proj, the MLP's up and down)."""
+    return sum(w.numel() * w.element_size() for w in (args[2], args[6], args[8]))

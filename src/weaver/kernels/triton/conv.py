@@ -30,6 +30,8 @@ def tree_conv1d_kernel(
     x_out,
     N,
     C,
+    sxb,
+    sxn,
     W: tl.constexpr,
     BN: tl.constexpr,
     BC: tl.constexpr,
@@ -43,7 +45,8 @@ def tree_conv1d_kernel(
     m_n = o_n < N
     m_c = o_c < C
     S: tl.constexpr = W - 1
-    b_x = tl.load(x + (i_b * N + o_n[:, None]) * C + o_c[None, :], mask=m_n[:, None] & m_c[None, :], other=0)
+    p_x = x + i_b * sxb + o_c[None, :]  # x may be a column slice of a wider tensor: node n at n * sxn
+    b_x = tl.load(p_x + o_n[:, None] * sxn, mask=m_n[:, None] & m_c[None, :], other=0)
     if STORE_X:  # keep the raw inputs for the commit (each tile is loaded by exactly one program)
         tl.store(x_out + (i_b * N + o_n[:, None]) * C + o_c[None, :], b_x, mask=m_n[:, None] & m_c[None, :])
     b_w = tl.load(weight + o_c * W + (W - 1), mask=m_c, other=0).to(tl.float32)
@@ -55,7 +58,7 @@ def tree_conv1d_kernel(
         b_p = tl.load(parents + i_b * N + b_e, mask=is_node & m_n, other=-1).to(tl.int32)
         b_e = tl.where(is_node, tl.where(b_p >= 0, b_p, -1), b_e - 1)
         m_x = (b_e >= 0) & m_n
-        b_a = tl.load(x + (i_b * N + b_e[:, None]) * C + o_c[None, :], mask=m_x[:, None] & m_c[None, :], other=0)
+        b_a = tl.load(p_x + b_e[:, None] * sxn, mask=m_x[:, None] & m_c[None, :], other=0)
         b_a = b_a.to(tl.float32)
         if USE_STATE:
             b_col = S + b_e
@@ -139,15 +142,17 @@ def tree_conv1d(
     check_device(x, weight, par, state, x_out)
     if x_out is not None and (x_out.shape != x.shape or x_out.dtype != x.dtype or not x_out.is_contiguous()):
         raise ValueError(f"x_out must be contiguous {x.dtype} {tuple(x.shape)}, got {x_out.dtype} {tuple(x_out.shape)}")
-    x, weight, par = x.contiguous(), weight.contiguous(), par.contiguous()
+    if x.stride(2) != 1 and C > 1:  # node rows may be strided (a column slice), channels must be dense
+        x = x.contiguous()
+    weight, par = weight.contiguous(), par.contiguous()
     use_state = state is not None and W > 1
     st = state.contiguous() if use_state else x
-    y = torch.empty_like(x)
+    y = torch.empty(B, N, C, dtype=x.dtype, device=x.device)
     BC = min(BC, next_pow2(C))
     grid = (triton.cdiv(C, BC), triton.cdiv(N, BN), B)
     tree_conv1d_kernel[grid](
-        x, weight, par, st, y, x_out if x_out is not None else y, N, C, W=W, BN=BN, BC=BC, USE_STATE=use_state,
-        SILU=activation == "silu", STORE_X=x_out is not None, num_warps=4,
+        x, weight, par, st, y, x_out if x_out is not None else y, N, C, x.stride(0), x.stride(1), W=W, BN=BN, BC=BC,
+        USE_STATE=use_state, SILU=activation == "silu", STORE_X=x_out is not None, num_warps=4,
     )  # fmt: skip
     return y
 

@@ -120,19 +120,18 @@ def _path_sums(p_anc, g_all, o_r, m_r, o_a, m_a, T):
 
 
 @triton.jit
-def _keys(p_k, p_anc, b_ga, o_r, m_r, o_a, m_a, o_k, m_k, T, H: tl.constexpr, K: tl.constexpr,
-          BT: tl.constexpr, L2NORM: tl.constexpr):  # fmt: skip
-    """Rows o_r: G, k (input dtype) and k's inverse norm."""
+def _keys(p_k, p_anc, b_ga, o_r, m_r, o_a, m_a, o_k, m_k, T, sqt, BT: tl.constexpr, L2NORM: tl.constexpr):
+    """Rows o_r (row n at n * sqt): G, k (input dtype) and k's inverse norm."""
     b_G = _path_sums(p_anc, b_ga, o_r, m_r, o_a, m_a, T)
-    b_k = tl.load(p_k + o_r[:, None] * (H * K) + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
+    b_k = tl.load(p_k + o_r[:, None] * sqt + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
     return b_G, b_k, _rnorm(b_k, L2NORM, BT)
 
 
 @triton.jit
-def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr, HV: tl.constexpr,
-             BT: tl.constexpr, L2NORM: tl.constexpr):  # fmt: skip
-    """Rows o_r: q, q's inverse norm times scale, and beta."""
-    b_q = tl.load(p_q + o_r[:, None] * (H * K) + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
+def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, sqt, HV: tl.constexpr, BT: tl.constexpr,
+             L2NORM: tl.constexpr):  # fmt: skip
+    """Rows o_r (row n at n * sqt): q, q's inverse norm times scale, and beta."""
+    b_q = tl.load(p_q + o_r[:, None] * sqt + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
     b_beta = tl.load(p_beta + o_r * HV, mask=m_r, other=0).to(tl.float32)
     return b_q, _rnorm(b_q, L2NORM, BT) * scale, b_beta
 
@@ -161,7 +160,7 @@ def _neumann_inverse(b_a, n_chain, BT: tl.constexpr, LOG2BT: tl.constexpr, PREC:
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0,
+    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0, sqb, sqt, svb, svt,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
@@ -172,7 +171,9 @@ def gdn_tree_prep_kernel(
       otherwise               state item (tile i, value chunk c) (rhs_i, QH_i).
     ITEMS = 0 takes every kind in one launch; 1 / 2 / 3 compile the diagonal / pair / state branch alone
     (`GDNTreeConfig.split_prep`: one launch per kind, each with only its own register footprint).
-    Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside."""
+    Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside. q and k
+    (one layout) and v may be row views of a wider tensor: batch row b, node n at b * s?b + n * s?t, each
+    node's heads and features dense."""
     i_bh, w = tl.program_id(0), tl.program_id(1) + W0
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
@@ -181,8 +182,8 @@ def gdn_tree_prep_kernel(
     NVC: tl.constexpr = (V + BVP - 1) // BVP
     i_h = i_hv // R
     p_anc = anc + i_b * T * T
-    p_k = k + i_b * T * H * K + i_h * K  # row n at n * H * K
-    p_q = q + i_b * T * H * K + i_h * K
+    p_k = k + i_b * sqb + i_h * K  # row n at n * sqt
+    p_q = q + i_b * sqb + i_h * K
     p_beta = beta + i_b * T * HV + i_hv  # node n at n * HV
     p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
     p_a = amat + i_bh.to(tl.int64) * TP * TP
@@ -209,8 +210,8 @@ def gdn_tree_prep_kernel(
         o_i = i * BT + o_t
         m_i = o_i < T
         b_ga = tl.load(g + i_b * T * HV + i_hv + o_a * HV, mask=m_a, other=0).to(tl.float32)
-        b_Gi, b_ki, b_rki = _keys(p_k, p_anc, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, T, H, K, BT, L2NORM)
-        b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, H, K, HV, BT, L2NORM)
+        b_Gi, b_ki, b_rki = _keys(p_k, p_anc, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, T, sqt, BT, L2NORM)
+        b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, sqt, HV, BT, L2NORM)
         if kind == 0:
             tl.store(aux_G + i_b * T * HV + i_hv + o_i * HV, b_Gi, mask=m_i)
             if i_hv % R == 0:
@@ -231,7 +232,7 @@ def gdn_tree_prep_kernel(
             j = w - NTP - i * (i - 1) // 2
             o_j = j * BT + o_t
             m_j = o_j < T
-            b_Gj, b_kj, b_rkj = _keys(p_k, p_anc, b_ga, o_j, m_j, o_a, m_a, o_k, m_k, T, H, K, BT, L2NORM)
+            b_Gj, b_kj, b_rkj = _keys(p_k, p_anc, b_ga, o_j, m_j, o_a, m_a, o_k, m_k, T, sqt, BT, L2NORM)
             b_dec, _ = _decay(p_anc, b_Gi, b_Gj, o_i, m_i, o_j, m_j, T)
             b_col = b_rkj[None, :] * b_dec
             b_kjt = tl.trans(b_kj)
@@ -242,18 +243,18 @@ def gdn_tree_prep_kernel(
         else:
             c = (w - NTP - NPAIR) % NVC
             _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_i, o_k, m_k, c,
-                         i_b, i_bh, i_hv, T, K, V, HV, BVP, TP, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
+                         i_b, i_bh, i_hv, svb, svt, K, V, BVP, TP, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
 
 
 @triton.jit
 def _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_i, o_k, m_k, c, i_b, i_bh, i_hv,
-                 T, K: tl.constexpr, V: tl.constexpr, HV: tl.constexpr, BVP: tl.constexpr, TP: tl.constexpr,
+                 svb, svt, K: tl.constexpr, V: tl.constexpr, BVP: tl.constexpr, TP: tl.constexpr,
                  USE_H0: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
-    """Value chunk c of tile i: rhs = beta (v - e^G K_i H0) and QH = e^G Q_i H0 (scaled, normalised)."""
+    """Value chunk c of tile i: rhs = beta (v - e^G K_i H0) and QH = e^G Q_i H0 (scaled, normalised); v's node n
+    of batch row b at b * svb + n * svt."""
     o_v = c * BVP + tl.arange(0, BVP)
     m_iv = m_i[:, None] & (o_v < V)[None, :]
-    b_r = tl.load(v + i_b * T * HV * V + i_hv * V + o_i[:, None] * (HV * V) + o_v[None, :], mask=m_iv,
-                  other=0).to(tl.float32)  # fmt: skip
+    b_r = tl.load(v + i_b * svb + i_hv * V + o_i[:, None] * svt + o_v[None, :], mask=m_iv, other=0).to(tl.float32)
     o_x = i_bh.to(tl.int64) * TP * V + o_i[:, None] * V + o_v[None, :]  # [TP, V] per (batch row, value head)
     if USE_H0:
         b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
@@ -448,6 +449,7 @@ def gdn_tree_fwd(
     for kind, first, count in launches:
         gdn_tree_prep_kernel[(B * HV, count)](
             q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T, first,
+            q.stride(0), q.stride(1), v.stride(0), v.stride(1),
             H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
             INTERPRET=interp, ITEMS=kind, num_warps=config.prep_warps, num_stages=config.prep_stages,
@@ -460,6 +462,16 @@ def gdn_tree_fwd(
         INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
     return o, aux
+
+
+def dense_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """q, k, v as the prep kernel reads them without a copy: row views [B, T, heads, dim] of a wider tensor (the
+    conv output's q | k | v columns) whose heads and features are dense, q and k with one layout; else copies."""
+    def dense(x):
+        return (x.shape[3] == 1 or x.stride(3) == 1) and (x.shape[2] == 1 or x.stride(2) == x.shape[3])
+    if not (dense(q) and dense(k) and q.stride() == k.stride()):
+        q, k = q.contiguous(), k.contiguous()
+    return q, k, v if dense(v) else v.contiguous()
 
 
 def gdn_tree(
@@ -509,7 +521,8 @@ def gdn_tree(
             raise ValueError(f"aux_out must be contiguous float32 tensors of shapes {want}")
     cfg = config if config is not None else default_config(T, V, q.dtype)
     scale = K**-0.5 if scale is None else scale
-    q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
+    q, k, v = dense_rows(q, k, v)
+    g, beta = g.contiguous(), beta.contiguous()
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     out_dtype = v.dtype if out_dtype is None else out_dtype
