@@ -19,10 +19,10 @@ from weaver.options import RuntimeOptions
 
 __all__ = ["FUSED_FINISH_MAX_BYTES", "adapter_finish_op", "fused_finish"]
 
-# The three per-row GEMVs win where a step is launch-bound (SmolLM2's width-512 adapter: 2 MB of weights a
-# step); each re-reads its weight tile once per node row, so at the paper's width 2048 (32 MB a step) a step's
-# three GEMVs took 170 us on the H200 (scale/h200_session31/profile_27b.txt) and cuBLAS, through the compiled
-# torch reference, reads the weights once (scripts/gpu/adapter_build_ab.py times both).
+# The three per-row GEMVs win where a step is launch-bound; each re-reads its weight tile once per node row, so
+# at the paper's width 2048 (32 MB a step) cuBLAS, through the compiled torch reference, wins. H200, 4 node rows,
+# us a step, fused / compiled torch: width 512 (2 MB) 6.1 / 14.4, 1024 (8 MB) 13.0 / 21.2, 2048 (32 MB) 95.0 / 25.2
+# (benchmarks/results/scale/h200_session31/call3_after/adapter_build_ab.txt, scripts/gpu/adapter_build_ab.py).
 FUSED_FINISH_MAX_BYTES = 16 << 20
 
 
