@@ -21,6 +21,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import weaver
+from weaver.bench.scale import NAMED, attach_named
 from weaver.speculative.round import Stages
 
 STAGES = Stages.NAMES
@@ -170,15 +171,20 @@ def main() -> int:
     parser.add_argument("--model", default="smollm2-shape")
     parser.add_argument("--top", type=int, default=8, help="kernels listed per stage")
     parser.add_argument("--top-build", type=int, default=8, help="kernels listed for the build stage")
-    parser.add_argument("--drafter", default="random:3", help="random[:layers] or a checkpoint dir")
-    parser.add_argument("--adapter", default="random:512", help="random[:width] or a checkpoint dir")
+    parser.add_argument("--drafter", default="random:3",
+                        help="random[:layers], a checkpoint dir, or published (bench scale's z-lab shape)")
+    parser.add_argument("--adapter", default="random:512",
+                        help="random[:width] (4 heads, GELU MLP 2x width), a checkpoint dir, or paper (bench scale's: "
+                             "released variant, d_rank 2048, 16 heads, MLP 2048)")
     parser.add_argument("--kernels", default="auto", choices=["auto", "torch"],
                         help="torch: the torch paths (the A/B baseline of a new kernel)")
     args = parser.parse_args()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
-                                 drafter=args.drafter, adapter=args.adapter,
-                                 options=weaver.RuntimeOptions(kernels=args.kernels))
+                                 drafter=None if args.drafter in NAMED else args.drafter,
+                                 adapter=None if args.adapter in NAMED else args.adapter,
+                                 options=weaver.RuntimeOptions(kernels=args.kernels))  # fmt: skip
+    llm = attach_named(llm, args.drafter, args.adapter)  # `bench scale`'s published drafter / paper adapter
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     for spec in args.specs:
         method, _, budget = spec.partition(":")

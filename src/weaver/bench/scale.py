@@ -122,18 +122,26 @@ def build(args: argparse.Namespace):
     """The LLM: random target, with the drafter and adapter the arguments name (published / paper shapes)."""
     import weaver
 
-    named = {"published", "paper"}
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device=args.device, dtype=args.dtype,
-                                 drafter=None if args.drafter in named else args.drafter,
-                                 adapter=None if args.adapter in named else args.adapter,
+                                 drafter=None if args.drafter in NAMED else args.drafter,
+                                 adapter=None if args.adapter in NAMED else args.adapter,
                                  options=runtime_options(args))  # fmt: skip
-    drafter = published_drafter(llm.model) if args.drafter == "published" else llm.drafter
-    adapter = paper_adapter(llm.model) if args.adapter == "paper" else llm.adapter
-    if drafter is not llm.drafter or adapter is not llm.adapter:
+    return attach_named(llm, args.drafter, args.adapter)
+
+
+NAMED = ("published", "paper")  # the drafter / adapter specs that name the paper's shapes
+
+
+def attach_named(llm, drafter: str | None, adapter: str | None):
+    """`llm` with the published-shape drafter (drafter="published") and the paper-shape adapter (adapter="paper")
+    in place of what it was built with (build it with None for those), on a new engine; else unchanged."""
+    new_drafter = published_drafter(llm.model) if drafter == "published" else llm.drafter
+    new_adapter = paper_adapter(llm.model) if adapter == "paper" else llm.adapter
+    if new_drafter is not llm.drafter or new_adapter is not llm.adapter:
         from weaver.speculative.engine import Engine
 
-        llm.drafter, llm.adapter = drafter, adapter
-        llm.engine = Engine(llm.model, llm.options, drafter=drafter, adapter=adapter)
+        llm.drafter, llm.adapter = new_drafter, new_adapter
+        llm.engine = Engine(llm.model, llm.options, drafter=new_drafter, adapter=new_adapter)
     return llm
 
 
