@@ -54,41 +54,53 @@ def random_features(drafter: DFlashDrafter, batch: int, length: int, seed: int =
 
 
 class OracleDrafter:
-    """Proposes the true greedy continuation at each depth with probability `hit`, noise otherwise."""
+    """Proposes the true greedy continuation at each depth with probability `hit`, noise otherwise.
 
-    def __init__(self, seq: list[int], vocab: int, hidden: int, depth: int = 15, hit: float = 0.8, seed: int = 0):
-        self.seq, self.vocab, self.hidden, self.depth, self.hit = seq, vocab, hidden, depth, hit
-        self.gen = torch.Generator().manual_seed(seed)
+    Every draw is made up front: tables indexed by the root's position (the context length), on the target's
+    device, so drafting is pure tensor indexing with no host work and a round can be compiled and captured in a
+    CUDA graph like one with a real drafter."""
+
+    def __init__(self, seq: list[int], vocab: int, hidden: int, depth: int = 15, hit: float = 0.8, seed: int = 0,
+                 device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
+        gen = torch.Generator().manual_seed(seed)
+        roots = len(seq) + 1  # a root at position r drafts positions r + 1 .. r + depth
+        logits = torch.randn(roots, depth, vocab, generator=gen)
+        hits = torch.rand(roots, depth, generator=gen) < hit
+        pos = torch.arange(roots)[:, None] + 1 + torch.arange(depth)[None, :]
+        hits &= pos < len(seq)
+        r, d = hits.nonzero(as_tuple=True)
+        logits[r, d, torch.tensor(seq)[pos[r, d]]] += 8.0
+        self.logits = logits.to(device, dtype)
+        self.hidden = torch.randn(roots, depth, hidden, generator=gen).to(device, dtype)
+        self.device = torch.device(device)
         self.config = SimpleNamespace(target_layer_ids=[0], block_size=depth + 1)
 
     def new_context(self, batch_size: int, capacity: int):
-        return SimpleNamespace(lengths=torch.zeros(batch_size, dtype=torch.long))
+        return SimpleNamespace(lengths=torch.zeros(batch_size, dtype=torch.long, device=self.device))
 
     def append_context(self, ctx, features, counts=None) -> None:
         ctx.lengths += features.shape[1] if counts is None else counts
 
     def draft(self, ctx, root, embed_tokens, lm_head):
-        start = int(ctx.lengths[0])  # position of the root
-        logits = torch.randn(1, self.depth, self.vocab, generator=self.gen)
-        for d in range(self.depth):
-            pos = start + 1 + d
-            if pos < len(self.seq) and torch.rand(1, generator=self.gen).item() < self.hit:
-                logits[0, d, self.seq[pos]] += 8.0
-        hidden = torch.randn(1, self.depth, self.hidden, generator=self.gen)
-        return SimpleNamespace(logits=logits, hidden=hidden)
+        at = ctx.lengths.clamp(max=self.logits.shape[0] - 1)  # [B] the roots' positions
+        return SimpleNamespace(logits=self.logits[at], hidden=self.hidden[at])
 
 
 def oracle_generate(llm, prompt: list[int], method: str, budget: int, new_tokens: int, adapter=None,
-                    **oracle_kwargs) -> tuple[list[int], list[int], object]:  # fmt: skip
+                    engines: list | None = None, **oracle_kwargs) -> tuple[list[int], list[int], object]:  # fmt: skip
     """`llm`'s greedy ar tokens, and those of `method` driven by an OracleDrafter of them (so long paths are
-    accepted and committed), with the round stats: (ar tokens, speculative tokens, stats)."""
+    accepted and committed), with the round stats: (ar tokens, speculative tokens, stats). `engines`: a list that
+    receives the engine that ran them (to inspect what it captured)."""
     from weaver.speculative.engine import Engine, RoundStats
     from weaver.speculative.round import RoundConfig
     from weaver.speculative.sampling import SamplingParams
 
     ref = llm.generate(prompt, max_new_tokens=new_tokens, ignore_eos=True).token_ids
-    oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, **oracle_kwargs)
+    oracle = OracleDrafter(prompt + ref, llm.config.vocab_size, llm.config.hidden_size, device=llm.model.device,
+                           dtype=llm.model.dtype, **oracle_kwargs)  # fmt: skip
     engine = Engine(llm.model, llm.options, drafter=oracle, adapter=adapter)
+    if engines is not None:
+        engines.append(engine)
     cfg = RoundConfig(method=method, budget=budget, rule="greedy", params=SamplingParams())
     stats = RoundStats()
     got: list[int] = []

@@ -42,3 +42,24 @@ def test_oracle_drafter_accepts_long_paths_and_stays_lossless(llm, method, budge
                                       adapter=llm.adapter if method == "weaver" else None, seed=budget)
     assert got == ref
     assert stats.tau > 2.0, f"oracle drafts were not accepted (tau {stats.tau:.2f})"
+
+
+GPU_CASES = [("chain", 15, False), ("ddtree", 64, False), ("weaver", 64, False), ("chain", 15, True),
+             ("weaver", 16, True)]
+
+
+@pytest.mark.gpu  # CUDA graphs and the compiled Triton kernels: run by scripts/gpu/changes_check.sh
+@pytest.mark.parametrize("preset", ["tiny-llama", "tiny-qwen3_5"])
+@pytest.mark.parametrize(("method", "budget", "compiled"), GPU_CASES)
+def test_captured_rounds_commit_long_paths_on_cuda(preset, method, budget, compiled):
+    """fp32 on the GPU, as users run it: rounds captured in one CUDA graph each (stages torch.compile'd where
+    `compiled`), the Triton kernels, and the oracle drafter, so that long paths are accepted and committed
+    (the hybrid's GDN state fold and conv windows included): the tokens of method="ar"."""
+    llm = weaver.LLM.from_config(preset, random_weights=True, seed=7, device="cuda", dtype="fp32", drafter="random",
+                                 adapter="random", options=weaver.RuntimeOptions(compile=compiled))  # fmt: skip
+    engines: list = []
+    ref, got, stats = oracle_generate(llm, PROMPTS[1], method, budget, 48, engines=engines,
+                                      adapter=llm.adapter if method == "weaver" else None, seed=budget)
+    assert got == ref
+    assert stats.tau > 2.0, f"oracle drafts were not accepted (tau {stats.tau:.2f})"
+    assert any(key[0].method == method and key[-1] == "round" for key in engines[0]._captured), "no captured round"
