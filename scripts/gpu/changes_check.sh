@@ -18,13 +18,13 @@ OUT=${OUT:-/tmp/changes_out}
 source scripts/gpu/common.sh
 step() { [ "${1:-1}" != "0" ]; }  # step SECONDS: false where the step's seconds are 0
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/tests_gpu.txt"
-step "${CC_TESTS:-240}" && timeout "${CC_TESTS:-240}" python3 -m pytest -v -p no:cacheprovider -p no:logging \
+step "${CC_TESTS:-180}" && timeout "${CC_TESTS:-180}" python3 -m pytest -v -p no:cacheprovider -p no:logging \
   --show-capture=no --tb=short --triton-full tests/kernels/test_gdn.py tests/kernels/test_conv.py \
   tests/speculative/test_compiled_verify.py tests/kernels/test_adapter_finish.py tests/kernels/test_pool_top.py \
   tests/speculative/test_engine_lossless.py -k "row_views or slice or cuda or finish or pool_top_matches" 2>&1 \
   | grep --line-buffered "PASSED\|FAILED\|SKIPPED\|passed\|failed\|Error\|^E " | head -80 | tee -a "$OUT/tests_gpu.txt"
 # shellcheck disable=SC2086
-step "${CC_PROFILE:-420}" && timeout "${CC_PROFILE:-420}" python3 scripts/gpu/round_profile.py \
+step "${CC_PROFILE:-390}" && timeout "${CC_PROFILE:-390}" python3 scripts/gpu/round_profile.py \
   --model qwen3.6-27b-shape --specs ${CC_SPECS:-weaver:64 chain:16} --drafter published --adapter paper --reps 20 \
   --top 12 --top-build 16 2>&1 | grep -v "Warning\|warn\|^ *$\|inline asm\|_tree_ops\|^ *return" \
   > "$OUT/profile_27b.txt"
