@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # H200, one call, no GGUF (carry .whl): check and time the CPU-written changes of the last session that no GPU has
-# run yet, each step bounded so the call fits its 10 minutes (seconds: CC_TESTS, CC_PROFILE; 0 skips a step; the
-# defaults add up to 11 minutes: give the profile its own call, or lower them):
+# run yet, each step bounded so the call fits its 10 minutes (seconds: CC_TESTS 180, CC_PROFILE 390; 0 skips a
+# step: the tests compile ~15 configurations, so for all of them run CC_PROFILE=0 CC_TESTS=540 first, then
+# CC_TESTS=0 on the warm machine):
 #   1. their tests compiled on the GPU, one line per test as it ends (a timeout keeps what passed): the GDN tree
 #      kernel reading q / k / v as row views in bf16 (session 31: not bit-equal to contiguous inputs at a row width
 #      that is no multiple of 16; the test now pads to 16 and compares bf16 at its rounding), the tree conv on a
