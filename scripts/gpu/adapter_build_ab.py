@@ -1,15 +1,15 @@
-"""H200, issue 19: the Weaver adapter step's two heaviest launches at the paper's adapter width, each against its
+"""H200, issue 19: the Weaver adapter step's heaviest launches at the paper's adapter width against their
 alternatives, in one process (session 31's 27B profile: per weaver-64 round, 48 fused GEMVs 2.73 ms and 16 pool
 scorings 0.85 ms of a 3.23 ms build).
 
 1. The block's output projection + MLP (`adapter_finish`, released SwiGLU variant, MLP = width) on 4 node rows:
    the three fused per-row GEMVs against the torch reference compiled (cuBLAS) and eager, at widths 512 / 1024 /
    2048. Four weight sets in turn (128 MB at 2048, over the 50 MB L2), as a round's steps meet them cold.
-2. The pool scoring launch (`pool_top`'s first kernel) at d 2048, K 512, 4 rows, over a [248,320, 2048] bf16
-   table (W_lm @ lm_head_query_in at the Qwen3.6 vocabulary): (BLOCK_K, BLOCK_D, warps) variants, and the
-   packaged config with every candidate among the first 4,096 rows (does the spread of the rows cost?).
+2. (Session 31's run, at 6dc24a3, also timed the pool scoring launch at d 2048 in 7 (BLOCK_K, BLOCK_D, warps)
+   configs, through a loop over d written for it: the packaged single-slice config was the fastest (7.3 us), so the
+   loop and the configs were deleted; call3_after/adapter_build_ab.txt keeps the table.)
 
-Every variant is checked against its torch reference first. Times: a CUDA graph of 16 calls (a round's steps),
+Each side is checked against the torch reference first. Times: a CUDA graph of 16 calls (a round's steps),
 median of replays, us per call.
 
     python3 scripts/gpu/adapter_build_ab.py | tee $OUT/adapter_build_ab.txt
@@ -23,9 +23,7 @@ import torch
 
 from weaver.bench.kernels import time_graphs
 from weaver.kernels.triton.adapter_finish import adapter_finish as finish_kernel
-from weaver.kernels.triton.pool_top import pool_logits_config, pool_top
 from weaver.ops.adapter_finish import adapter_finish as finish_ref
-from weaver.ops.pool_top import pool_top as pool_top_ref
 
 CALLS = 16
 
@@ -71,41 +69,12 @@ def finish_ab(rows: int) -> None:
         print(f"{width:6d} {mb:8.1f} {times[0]:12.1f} {times[1]:15.1f} {times[2]:12.1f} {diff:11.3g}", flush=True)
 
 
-def pool_ab(rows: int, d: int, k: int, vocab: int) -> None:
-    gen = torch.Generator().manual_seed(1)
-    table = (torch.randn(vocab, d, generator=gen) / d**0.5).to("cuda", torch.bfloat16)
-    y = torch.randn(rows, d, generator=gen).to("cuda", torch.bfloat16)
-    norm_w = (1 + 0.1 * torch.randn(d, generator=gen)).to("cuda", torch.bfloat16)
-    depths = 15
-    spread = torch.stack([torch.randperm(vocab, generator=gen)[:k] for _ in range(depths)])[None].cuda()
-    near = torch.stack([torch.randperm(4096, generator=gen)[:k] for _ in range(depths)])[None].cuda()
-    prior = torch.randn(1, depths, k, generator=gen).cuda()
-    pool = torch.randint(0, depths, (rows,), generator=gen).cuda()
-    print(f"\n## pool scoring: {rows} rows, d {d}, K {k}, table [{vocab}, {d}] bf16 (us per call)")
-    print(f"{'ids':>8} {'BLOCK_K':>7} {'BLOCK_D':>7} {'warps':>5} {'us':>8} {'GB/s':>7} {'top-c equal':>11}")
-    packaged = pool_logits_config(d, k)
-    variants = [("spread", packaged), ("spread", (8, 1024, 4)), ("spread", (16, 512, 4)), ("spread", (16, 1024, 8)),
-                ("spread", (32, 256, 4)), ("spread", (32, 512, 8)), ("spread", (64, 256, 8)), ("near", packaged)]
-    for where, config in variants:
-        ids = spread if where == "spread" else near
-        ref_lp, ref_tok, _ = pool_top_ref(y, norm_w, None, 1e-6, table, ids, prior, pool, 8)
-        lp, tok, _ = pool_top(y, norm_w, None, 1e-6, table, ids, prior, pool, 8, config=config)
-        same = bool((tok == ref_tok).all()) and torch.allclose(lp, ref_lp, atol=2e-2)
-        t = us(lambda ids=ids, config=config: pool_top(y, norm_w, None, 1e-6, table, ids, prior, pool, 8,
-                                                       config=config))
-        gbs = rows * k * d * 2 / (t * 1e-6) / 1e9
-        print(f"{where:>8} {config[0]:7d} {config[1]:7d} {config[2]:5d} {t:8.1f} {gbs:7.0f} {str(same):>11}",
-              flush=True)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=4, help="node rows per adapter step (w = budget / 16)")
-    parser.add_argument("--vocab", type=int, default=248320)
     args = parser.parse_args()
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     finish_ab(args.rows)
-    pool_ab(args.rows, 2048, 512, args.vocab)
     return 0
 
 

@@ -75,13 +75,10 @@ def _flat_args(adapter, y, pool_ids, pool_prior, pool, c):
 def test_pool_top_matches_the_reference(b, w, d, k, depth, dtype, bias, seed, data):
     vocab = 49152 if FULL else k + 7
     c = data.draw(st.integers(1, min(k, 8)))
-    # the scoring launch's packaged config, or a row of d in slices (BLOCK_D < d: the loop over d)
-    block_d = data.draw(st.sampled_from([None, 128, 256] if FULL else [None, 4, 8]))
-    config = None if block_d is None else (data.draw(st.sampled_from([1, 4, 16])), block_d, 4)
     adapter, y, pool_ids, pool_prior, pool = _case(b, w, d, k, depth, vocab, dtype, bias, seed)
     norm = adapter.out_norm
     got_lp, got_tok, got_ix = pool_top(y.reshape(b * w, d), norm.weight, norm.bias, norm.eps, adapter.residual_lm_head,
-                               pool_ids, pool_prior, pool.reshape(-1), c, config=config)
+                               pool_ids, pool_prior, pool.reshape(-1), c)
     logp, want_lp, want_tok, want_ix = _torch_path(adapter, y, pool_ids, pool_prior, pool, c)
     assert got_lp.dtype == torch.float32 and got_tok.dtype == torch.int64
     # log p = logit - logsumexp: its rounding error scales with the logits (O(1)), not with log p itself, which

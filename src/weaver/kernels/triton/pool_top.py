@@ -45,30 +45,21 @@ def _pool_logits_kernel(
     i_k = tl.program_id(1)
     i_b = i_r // W
     p = tl.load(pool + i_r)
+    o_d = tl.arange(0, BLOCK_D)
+    m_d = o_d < D
+    b_x = tl.load(y + i_r * stride_y + o_d, mask=m_d, other=0.0).to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(b_x * b_x, axis=0) / D + eps)
+    b_q = b_x * rstd * tl.load(norm_w + o_d, mask=m_d, other=0.0).to(tl.float32)
+    if HAS_BIAS:
+        b_q += tl.load(norm_b + o_d, mask=m_d, other=0.0).to(tl.float32)
+    b_q = _round(b_q, y.dtype.element_ty)  # WeaverNorm hands back y's dtype
     o_k = i_k * BLOCK_K + tl.arange(0, BLOCK_K)
     m_k = o_k < K
     b_ids = tl.load(ids + i_b * stride_ib + p * stride_id + o_k, mask=m_k, other=0)
     m_id = b_ids >= 0  # a padded candidate (id < 0) scores -inf
-    p_rows = table + tl.maximum(b_ids, 0).to(tl.int64)[:, None] * stride_t
-    m_rows = (m_k & m_id)[:, None]
-    sq = tl.zeros([BLOCK_D], dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):  # the norm's statistics over the whole row first
-        o_d = d0 + tl.arange(0, BLOCK_D)
-        b_x = tl.load(y + i_r * stride_y + o_d, mask=o_d < D, other=0.0).to(tl.float32)
-        sq += b_x * b_x
-    rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / D + eps)
-    acc = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for d0 in range(0, D, BLOCK_D):  # then the K gathered rows against q, one BLOCK_D slice at a time
-        o_d = d0 + tl.arange(0, BLOCK_D)
-        m_d = o_d < D
-        b_x = tl.load(y + i_r * stride_y + o_d, mask=m_d, other=0.0).to(tl.float32)
-        b_q = b_x * rstd * tl.load(norm_w + o_d, mask=m_d, other=0.0).to(tl.float32)
-        if HAS_BIAS:
-            b_q += tl.load(norm_b + o_d, mask=m_d, other=0.0).to(tl.float32)
-        b_q = _round(b_q, y.dtype.element_ty)  # WeaverNorm hands back y's dtype
-        b_rows = tl.load(p_rows + o_d[None, :], mask=m_rows & m_d[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(b_rows * b_q[None, :], axis=1)
-    b_dot = _round(acc, table.dtype.element_ty)  # the product in the table's dtype
+    p_rows = table + tl.maximum(b_ids, 0).to(tl.int64)[:, None] * stride_t + o_d[None, :]
+    b_rows = tl.load(p_rows, mask=(m_k & m_id)[:, None] & m_d[None, :], other=0.0).to(tl.float32)  # [BLOCK_K, BLOCK_D]
+    b_dot = _round(tl.sum(b_rows * b_q[None, :], axis=1), table.dtype.element_ty)  # the product in the table's dtype
     b_prior = tl.load(prior + i_b * stride_pb + p * stride_pd + o_k, mask=m_k, other=0.0).to(tl.float32)
     tl.store(logits + i_r * K + o_k, tl.where(m_id, b_prior + b_dot, float("-inf")), mask=m_k)
 
@@ -121,7 +112,6 @@ def pool_top(
     pool: torch.Tensor,  # [R] long: each row's pool (depth row of pool_ids)
     c: int,  # children kept per row
     push: tuple[torch.Tensor, ...] | None = None,  # (f_score, f_item, f_logp, node ids, grow, score, depth)
-    config: tuple[int, int, int] | None = None,  # the scoring launch's (BLOCK_K, BLOCK_D, warps); pool_logits_config
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Log-probs [R, c] fp32 (sorted descending), token ids [R, c] and pool indices [R, c] (int64) of each
     row's best c children.
@@ -152,12 +142,13 @@ def pool_top(
         f_strides = (frontier[0].stride(0), frontier[1].stride(0), frontier[2].stride(0))
     if r == 0:
         return outs
-    block_k, block_d, warps = config or pool_logits_config(d, k)
+    block_d = triton.next_power_of_2(d)
+    block_k = max(1, min(32, 8192 // block_d, triton.next_power_of_2(k)))  # <= 8K gathered values a program
     _pool_logits_kernel[(r, triton.cdiv(k, block_k))](
         y, norm_weight, norm_bias if norm_bias is not None else norm_weight, table, ids, prior, pool, logits,
         r // b, k, d, eps,
         y.stride(0), table.stride(0), ids.stride(0), ids.stride(1), prior.stride(0), prior.stride(1),
-        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=warps, **pdl_launch(y.device),
+        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4, **pdl_launch(y.device),
     )
     _pool_top_kernel[(r,)](
         logits, ids, pool, *(outs or (logits,) * 3), *frontier,
@@ -167,13 +158,6 @@ def pool_top(
         num_warps=4, **pdl_launch(logits.device),
     )
     return outs
-
-
-def pool_logits_config(d: int, k: int) -> tuple[int, int, int]:
-    """(BLOCK_K candidates, BLOCK_D slice, warps) of the scoring launch: a whole row of d in one slice, at most 8K
-    gathered values a program (the launch-bound widths measured on the H200)."""
-    block_d = triton.next_power_of_2(d)
-    return max(1, min(32, 8192 // block_d, triton.next_power_of_2(k))), block_d, 4
 
 
 def pool_top_push(*args) -> None:
