@@ -27,6 +27,6 @@ step "${CC_TESTS:-180}" && timeout "${CC_TESTS:-180}" python3 -m pytest -v -p no
 # shellcheck disable=SC2086
 step "${CC_PROFILE:-390}" && timeout "${CC_PROFILE:-390}" python3 scripts/gpu/round_profile.py \
   --model qwen3.6-27b-shape --specs ${CC_SPECS:-weaver:64 chain:16} --drafter published --adapter paper --reps 20 \
-  --top 12 --top-build 16 2>&1 | grep -v "Warning\|warn\|^ *$\|inline asm\|_tree_ops\|^ *return" \
+  --top 12 --top-build 16 --equal-tokens ${CC_EQUAL:-64} 2>&1 | grep -v "Warning\|warn\|^ *$\|inline asm\|_tree_ops\|^ *return" \
   > "$OUT/profile_27b.txt"
 grep -v "^   \|^--" "$OUT/profile_27b.txt" 2>/dev/null

@@ -176,6 +176,9 @@ def main() -> int:
     parser.add_argument("--adapter", default="random:512",
                         help="random[:width] (4 heads, GELU MLP 2x width), a checkpoint dir, or paper (bench scale's: "
                              "released variant, d_rank 2048, 16 heads, MLP 2048)")
+    parser.add_argument("--equal-tokens", type=int, default=0,
+                        help="after profiling: greedy-decode this many tokens with ar and each spec's method (captured "
+                             "rounds) and print the prefix that matches ar's (issue 19's 27B lossless point)")
     parser.add_argument("--kernels", default="auto", choices=["auto", "torch"],
                         help="torch: the torch paths (the A/B baseline of a new kernel)")
     args = parser.parse_args()
@@ -192,7 +195,27 @@ def main() -> int:
             profile_method(llm, method, int(budget or 0), args.reps)
         except Exception as err:  # noqa: BLE001 - report and go on to the next spec
             print(f"{spec}: {type(err).__name__}: {err}", flush=True)
+    if args.equal_tokens:
+        equal_tokens(llm, args.specs, args.equal_tokens)
     return 0
+
+
+def equal_tokens(llm, specs: list[str], n: int) -> None:
+    """Greedy tokens of every spec's method against ar's from PROMPT: the matching prefix (bf16 ties aside)."""
+    llm.engine.options = llm.engine.options.replace(cuda_graphs="round")
+    ref = llm.generate(PROMPT, method="ar", max_new_tokens=n, ignore_eos=True, chat=False).token_ids
+    print(f"\n## greedy tokens against ar ({n} new tokens from the profile's prompt)")
+    for spec in specs:
+        method, _, budget = spec.partition(":")
+        if method == "ar":
+            continue
+        out = llm.generate(PROMPT, method=method, budget=int(budget or 1), max_new_tokens=n, ignore_eos=True,
+                           chat=False)
+        match = next((i for i, (a, b) in enumerate(zip(ref, out.token_ids, strict=False)) if a != b),
+                     min(len(ref), len(out.token_ids)))
+        tau = out.stats.new_tokens / max(out.stats.rounds, 1)
+        first = "none" if match == len(ref) else (ref[match], out.token_ids[match])
+        print(f"{spec:<12} matching prefix {match} of {len(ref)}; tau {tau:.2f}; first difference: {first}", flush=True)
 
 
 if __name__ == "__main__":
