@@ -4,9 +4,11 @@
 # behind. `light` moves them to .travel/assets and benchmarks/results (~10 MB, never read on the device) to
 # .travel/results (.travel/ is ignored by git and is not .carry/, which calls carry whole); `full` puts them back
 # (results written meanwhile are kept). The device side needs no step: scripts/gpu/setup.sh keeps a copy in
-# ~/cache/assets from any call that carried the weights and restores it into the tree of a later call on the warm
+# ~/cache/assets from any call that carried the weights (the limit counts disk blocks: the tree is ~64.1 MiB of them,
+# so even a call that carries only .whl must leave benchmarks/results behind: `results`) and restores it into the tree of a later call on the warm
 # machine that did not.
 #   bash scripts/gpu/travel.sh light   # then calls carrying .gguf parts / data
+#   bash scripts/gpu/travel.sh results # benchmarks/results only: the weights travel (and fill ~/cache/assets)
 #   bash scripts/gpu/travel.sh full    # before any commit: git would otherwise see the weights deleted
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +19,9 @@ case "${1:-}" in
     [ -d benchmarks/results ] && mv benchmarks/results .travel/results  # ~10 MB the device never reads
     echo "shipped weights and benchmarks/results moved to .travel (run 'bash scripts/gpu/travel.sh full' before" \
       "committing)";;
+  results)
+    [ -d benchmarks/results ] && mkdir -p .travel && mv benchmarks/results .travel/results
+    echo "benchmarks/results moved to .travel (run 'bash scripts/gpu/travel.sh full' before committing)";;
   full)
     for d in .travel/assets/smollm2-*; do [ -d "$d" ] && mv "$d" src/weaver/assets/; done
     if [ -d .travel/results ]; then
@@ -24,5 +29,5 @@ case "${1:-}" in
     fi
     git status --short src/weaver/assets benchmarks/results | grep . && echo "warning: the tree differs from git" || true
     echo "shipped weights and benchmarks/results back";;
-  *) echo "usage: bash scripts/gpu/travel.sh light|full" >&2; exit 2;;
+  *) echo "usage: bash scripts/gpu/travel.sh light|results|full" >&2; exit 2;;
 esac
