@@ -61,6 +61,20 @@ def test_stacked_commit_equals_the_per_layer_references(L, B, T, extra_pad, seed
     assert torch.equal(convs, want_convs)
 
 
+@pytest.mark.parametrize("lengths, pad", [((16, 17, 1, 3), 0), ((32, 20, 9, 2), 3), ((33, 70, 48, 64), 2)],
+                         ids=["one-16-chunk", "one-32-chunk", "past-32"])  # fmt: skip
+def test_stacked_commit_of_long_paths(lengths, pad) -> None:
+    """Chains' paths of the given valid lengths: within one chunk of the path (16 or 32 nodes,
+    the leaf's G from registers) and past it (the chunk loop, the leaf loaded)."""
+    T, B = max(max(lengths), 1), len(lengths)
+    k, delta, G, x, _, states, convs = make_case(2, B, T, seed=11, extra_pad=0, **SHAPE)
+    width = max(lengths) + pad
+    path = torch.tensor([list(range(n)) + [-1] * (width - n) for n in lengths], device=DEVICE)
+    want_states, _ = per_layer_reference(k, delta, G, x, path, states, convs)
+    wt.gdn_tree_commit_stacked(k, delta, G, path, states)
+    assert_close("states", want_states, states, 1e-5)
+
+
 def test_row_views_of_a_bigger_stack_commit_only_their_rows() -> None:
     """Rows [1, 3) of a 4-row stack (what batched decoding's row views hold): the other rows stay as they were."""
     k, delta, G, x, path, states, convs = make_case(2, 4, 11, seed=5, extra_pad=1, **SHAPE)
