@@ -14,7 +14,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 timeout "${GC_AB:-60}" python3 scripts/gpu/gdn_commit_ab.py --baseline "${GC_BASELINE:-.carry/gdn_commit_before.py}" \
   2>&1 | grep -v "Warning\|warn" | tee "$OUT/commit_ab.txt"
 timeout "${GC_TESTS:-100}" python3 -m pytest -q -p no:cacheprovider --triton-full tests/kernels/test_stacked_commit.py \
-  tests/kernels/test_gdn.py -k commit 2>&1 | grep -v "Warning\|warn" | tail -5 | tee "$OUT/tests.txt"
+  tests/kernels/test_gdn.py -k commit 2>&1 | grep "passed\|failed\|FAILED\|rror" | tail -8 | tee "$OUT/tests.txt"
 timeout "${GC_SWEEP:-150}" python3 -m weaver.cli bench kernels --T ${GC_T:-65} --kinds tree chain --methods fused_kernel \
   --sweep --reps 60 --out "$OUT/kernels" 2>&1 | grep -v "Warning\|warn" | tail -60 > "$OUT/sweep.txt"
 tail -40 "$OUT/sweep.txt"

@@ -6,8 +6,7 @@ For the accepted leaf l (the last valid entry of `path`)::
 
 from the per-node factors (k, Delta, G) that the tree pass kept; no replay of the layer. One program per
 (value block, batch row x value head) holds a [K, BV] fp32 block of the new state; the path is walked in
-chunks of BP nodes (only the valid ones; one chunk for every path of <= 32 nodes) and each chunk adds one
-[K, BP] x [BP, BV] dot.
+chunks of BP nodes (only the valid ones) and each chunk adds one [K, BP] x [BP, BV] dot.
 
 `gdn_tree_commit_stacked` folds every GDN layer at once (the grid's third axis is the layer) into the stacked
 state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [K, BV] block of H0 that it
@@ -64,33 +63,19 @@ def gdn_commit_kernel(
     m_v = o_v < V
     o_p = tl.arange(0, BP)
 
-    # Loads that do not wait for one another go out together: the H0 block (the bulk of the traffic) with the
-    # path's first BP entries, then that chunk's factors (BP >= P for the engine's paths: one chunk, so the
-    # leaf's G comes from registers). Before, path -> length -> leaf -> G_leaf -> H0 were five round trips.
-    m_h = m_k[:, None] & m_v[None, :]
-    p_h = h0 + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :]
-    b_h0 = tl.zeros([BK, BV], dtype=tl.float32)
-    if USE_H0:
-        b_h0 = tl.load(p_h, mask=m_h, other=0).to(tl.float32)
-    b_node = tl.load(path + i_b * P + o_p, mask=o_p < P, other=-1).to(tl.int64)  # right-padded with -1
-    m_p = b_node >= 0
-    b_Gj = tl.load(aux_G + (i_b * T + b_node) * HV + i_hv, mask=m_p, other=0)
-    b_kj = tl.load(aux_k + ((i_b * T + b_node[:, None]) * H + i_h) * K + o_k[None, :], mask=m_p[:, None] & m_k[None, :],
-                   other=0)  # fmt: skip
-    b_dj = tl.load(aux_delta + ((i_b * T + b_node[:, None]) * HV + i_hv) * V + o_v[None, :],
-                   mask=m_p[:, None] & m_v[None, :], other=0)  # fmt: skip
-    n = tl.sum(tl.where(m_p, 1, 0), 0)  # valid entries
+    # number of valid entries (the path is right-padded with -1)
+    n = tl.sum(tl.where(tl.load(path + i_b * P + o_p, mask=o_p < P, other=-1) >= 0, 1, 0), 0)
     for p0 in range(BP, P, BP):
-        b_rest = tl.load(path + i_b * P + p0 + o_p, mask=p0 + o_p < P, other=-1)
-        n += tl.sum(tl.where(b_rest >= 0, 1, 0), 0)
-    b_Gl = tl.sum(tl.where(o_p == n - 1, b_Gj, 0.0), 0)  # the leaf's G (0 for an empty path: H0 back)
-    if n > BP:  # a leaf past the first chunk
-        leaf = tl.load(path + i_b * P + n - 1).to(tl.int64)
-        b_Gl = tl.load(aux_G + (i_b * T + leaf) * HV + i_hv)
+        b_node = tl.load(path + i_b * P + p0 + o_p, mask=p0 + o_p < P, other=-1)
+        n += tl.sum(tl.where(b_node >= 0, 1, 0), 0)
+    leaf = tl.load(path + i_b * P + tl.maximum(n - 1, 0)).to(tl.int64)
+    b_Gl = tl.load(aux_G + (i_b * T + leaf) * HV + i_hv, mask=(n > 0) & (leaf >= 0), other=0)
 
-    b_w = tl.exp(tl.where(m_p, b_Gl - b_Gj, float("-inf")))
-    b_h = tl.exp(b_Gl) * b_h0 + mm(tl.trans(b_kj * b_w[:, None]), b_dj, PREC, INTERPRET)
-    for p0 in range(BP, n, BP):
+    b_h = tl.zeros([BK, BV], dtype=tl.float32)
+    if USE_H0:
+        p_h = h0 + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :]
+        b_h = tl.exp(b_Gl) * tl.load(p_h, mask=m_k[:, None] & m_v[None, :], other=0).to(tl.float32)
+    for p0 in range(0, n, BP):
         b_node = tl.load(path + i_b * P + p0 + o_p, mask=p0 + o_p < n, other=-1).to(tl.int64)
         m_p = b_node >= 0
         b_Gj = tl.load(aux_G + (i_b * T + b_node) * HV + i_hv, mask=m_p, other=0)
@@ -106,13 +91,7 @@ def gdn_commit_kernel(
             other=0,
         )
         b_h += mm(tl.trans(b_kj * b_w[:, None]), b_dj, PREC, INTERPRET)
-    tl.store(h_out + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :], b_h, mask=m_h)
-
-
-def path_chunk(p: int) -> int:
-    """Path entries a program loads at once: the whole path where it fits in 32 (every path of a round of depth
-    <= 31), so the fold is one chunk; 16 at least (tl.dot's inner size)."""
-    return max(16, min(32, next_pow2(p)))
+    tl.store(h_out + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :], b_h, mask=m_k[:, None] & m_v[None, :])
 
 
 def gdn_tree_commit(
@@ -153,7 +132,7 @@ def gdn_tree_commit(
     BV = min(BV, next_pow2(V))
     gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, 1)](
         k, delta, G, path, initial_state if initial_state is not None else h, h, B, T, path.shape[1], 0,
-        H=H, HV=HV, K=K, V=V, BP=path_chunk(path.shape[1]), BK=next_pow2(K), BV=BV, USE_H0=initial_state is not None,
+        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=initial_state is not None,
         PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
     )  # fmt: skip
     return h
@@ -203,6 +182,6 @@ def gdn_tree_commit_stacked(
     BV = min(BV, next_pow2(V))
     gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, L)](
         k, delta, G, path, state, state, B, T, path.shape[1], state.stride(0),
-        H=H, HV=HV, K=K, V=V, BP=path_chunk(path.shape[1]), BK=next_pow2(K), BV=BV, USE_H0=True,
+        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=True,
         PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
     )  # fmt: skip
