@@ -481,3 +481,26 @@ def test_bind_keeps_the_options() -> None:
     assert ad.options is TRITON
     ad.bind(inp["embed"], inp["lm_head"])
     assert ad.options == RuntimeOptions()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@torch.no_grad()
+def test_table_rows_rotate_like_the_head_views(dtype: torch.dtype) -> None:
+    """`qkv_rows` (the candidate table's q | k | v, rotated in the projection's row layout) equals `qkv`'s rotated
+    [B, H, T, hd] views with the heads concatenated again, bit for bit; and compiled, the rotation after the
+    projection is one kernel writing one buffer, the output (torch.cat's realised buffers were 4 kernels on CUDA)."""
+    ad = make_adapter(13, max_depth=4, pool=4, layers=1, released=True).to(dtype)
+    block = ad.blocks[0]
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 9, ad.config.d_rank, generator=gen).to(dtype)
+    positions = torch.randint(0, ad.config.max_depth + 1, (1, 9), generator=gen)
+    rope = ad._rope(positions)
+    want = torch.cat([part.transpose(1, 2).reshape(2, 9, -1) for part in block.qkv(x, rope)], dim=-1)
+    got = block.qkv_rows(x, rope)
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    from torch._inductor.utils import run_and_get_code
+
+    compiled, codes = run_and_get_code(torch.compile(block.qkv_rows, fullgraph=True), x, rope)
+    assert_close("compiled", want.float(), compiled.float(), 1e-2 if dtype == torch.bfloat16 else 1e-6)  # bf16 rounds
+    after_mm = "\n".join(codes).split("def call(", 1)[1].split("extern_kernels.mm(", 1)[1]
+    assert after_mm.count("empty_strided") == 1 and after_mm.count("cpp_fused") == 1, after_mm

@@ -41,12 +41,19 @@ def rope_cos_sin(
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE over all of x's last dim, cos / sin [..., D] broadcast against x (any layout).
+
+    rotate_half(x) = [-x2, x1] is a flip of the halves and a sign, not a torch.cat: inductor realises a cat into
+    a buffer of its own (two more passes over x), while this compiles to one pointwise pass. Same values."""
+    d = x.shape[-1]
+    swapped = x.unflatten(-1, (2, d // 2)).flip(-2).flatten(-2)  # [x2, x1]
+    first = torch.arange(d, device=x.device) < d // 2
+    return x * cos + torch.where(first, -swapped, swapped) * sin
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the first cos.shape[-1] dims of x [B, heads, T, D]; cos/sin are [B, T, rot]."""
     rot = cos.shape[-1]
-    cos, sin = cos[:, None], sin[:, None]
-    x_rot, x_pass = x[..., :rot], x[..., rot:]
-    half = rot // 2
-    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
-    out = x_rot * cos + rotated * sin
-    return torch.cat((out, x_pass), dim=-1) if x_pass.shape[-1] else out
+    out = rotate(x[..., :rot], cos[:, None], sin[:, None])
+    return torch.cat((out, x[..., rot:]), dim=-1) if x.shape[-1] > rot else out
