@@ -472,6 +472,32 @@ def test_candidate_table_step_equals_computed_rows(monkeypatch, released: bool) 
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
 
 
+@pytest.mark.parametrize("released", [False, True], ids=["learned", "released"])
+@torch.no_grad()
+def test_vocab_tables_give_the_computed_candidate_table(monkeypatch, released: bool) -> None:
+    """Where the table is built, bind fills every token's e_n (and, RoPE, the first block's q/k/v) once and a round
+    gathers them: the same candidate table as the rows computed per round (with VOCAB_TABLE_MAX_BYTES = 0), which
+    `test_candidate_table_step_equals_computed_rows` ties to the steps; no vocabulary tables with the torch paths."""
+    import weaver.speculative.weaver as weaver_module
+
+    vocab, depth, k = 13, 3, 4
+    inp = make_inputs(2, depth, vocab, seed=8)
+    ad = bound(make_adapter(vocab, max_depth=depth, pool=k, layers=2, released=released), inp, TRITON)
+    assert ad.vocab_x.shape == (vocab, 16) and (ad.vocab_qkv is not None) == released
+    prior, ids = torch.topk(inp["marginals"], k, dim=-1)
+    args = (inp["target_hidden"], inp["draft_hidden"], ids, prior)
+    gathered = ad.begin_round(*args, capacity=8, root=inp["root"])
+    monkeypatch.setattr(weaver_module, "VOCAB_TABLE_MAX_BYTES", 0)
+    bound(ad, inp, TRITON)
+    assert ad.vocab_x is None and ad.vocab_qkv is None
+    computed = ad.begin_round(*args, capacity=8, root=inp["root"])
+    assert_close("cand_x", computed.cand_x, gathered.cand_x, 1e-6)
+    assert_close("cand_qkv", computed.cand_qkv, gathered.cand_qkv, 1e-6)
+    monkeypatch.undo()
+    bound(ad, inp, TORCH)
+    assert ad.vocab_x is None
+
+
 def test_bind_keeps_the_options() -> None:
     """`bind(..., options=)` is how the adapter learns whether its kernels run (default: kernels="auto")."""
     inp = make_inputs(1, 2, 11)

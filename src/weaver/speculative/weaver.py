@@ -43,6 +43,9 @@ q and k are stored rotated at the candidate's position), and a step given each n
 GEMMs per call; `step_top` hands back the children's candidate indices. The table is built where the adapter's
 kernels run (`use_kernel(options, ...)` with the options given to `bind`; on a CPU the D*K rows cost more than
 the steps they save), given `root` and within CANDIDATE_TABLE_MAX_BYTES; otherwise the step computes the rows.
+Since e_n (without its position) and, with RoPE, the first block's unrotated q/k/v depend on the token alone,
+`bind` computes them once for the whole vocabulary (`vocab_x`, `vocab_qkv`, within VOCAB_TABLE_MAX_BYTES) and a
+round's table is a gather plus one rotation: no GEMM over the D*K rows per round.
 
 Kernels. Where `use_kernel(options, ...)` says so, a tree step's attention, block output and scoring tail are
 fused Triton launches (`weaver.kernels.node_attention`, `adapter_finish`, `pool_top`); elsewhere their torch
@@ -90,6 +93,7 @@ __all__ = ["RELEASED", "WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNo
 CONFIG_NAME = "config.json"
 MODEL_TYPE = "weaver_adapter"
 CANDIDATE_TABLE_MAX_BYTES = 1 << 28  # per round: B (1 + D K) rows of e_n and q/k/v (SmolLM2 shapes: 31 MB a row)
+VOCAB_TABLE_MAX_BYTES = 8 << 30  # the vocabulary-wide rows the candidate table gathers (27B, paper shape: 4.1 GB)
 
 
 @dataclass
@@ -148,6 +152,10 @@ class WeaverAdapter(nn.Module):
         self.lm_head_query_in = nn.Linear(d, ht, bias=False)
         self._embed: torch.Tensor | None = None  # [V, Ht] the target's embedding table (a reference)
         self.register_buffer("residual_lm_head", None, persistent=False)  # R [V, d_rank], set by bind
+        # every token's e_n without position and the first block's unrotated q/k/v, [V, d_rank] and [V, 3 d_rank]:
+        # set by bind where the candidate table is built (module docstring), so a round gathers its rows
+        self.register_buffer("vocab_x", None, persistent=False)
+        self.register_buffer("vocab_qkv", None, persistent=False)
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -264,7 +272,9 @@ class WeaverAdapter(nn.Module):
         R = W_lm @ lm_head_query_in.weight [V, d_rank] from its LM head W_lm [V, Ht] and keep `options`
         (whether the tree steps run their Triton kernels and build the candidate table).
 
-        Call again after changing lm_head_query_in or the target's weights, or moving the adapter.
+        Where the candidate table is built (the kernels run), also fill the vocabulary-wide rows it gathers
+        (`vocab_x`, `vocab_qkv`; within VOCAB_TABLE_MAX_BYTES). Call again after changing the adapter's or the
+        target's weights, or moving the adapter.
         """
         ht = self.config.target_hidden
         for name, t in (("embed_weight", embed_weight), ("lm_head_weight", lm_head_weight)):
@@ -284,6 +294,26 @@ class WeaverAdapter(nn.Module):
         self.residual_lm_head = r
         self._embed = embed_weight
         self.options = options
+        self.vocab_x = self.vocab_qkv = None
+        if use_kernel(options, wq) and vocab * 4 * self.config.d_rank * wq.element_size() <= VOCAB_TABLE_MAX_BYTES:
+            self._fill_vocab_tables(chunk)
+
+    @torch.no_grad()
+    def _fill_vocab_tables(self, chunk: int) -> None:
+        """vocab_x = token_in(embed_norm(E)) for every token and (RoPE: positions enter only q and k, rotated per
+        round) vocab_qkv = the first block's projection of it: a round's candidate table is then a gather and one
+        rotation, not two GEMMs over its 1 + D K rows (354 GFLOP a round at the 27B paper shape, ~0.44 ms)."""
+        ref, first = self._ref, self.blocks[0]
+        vocab, d = self._embed.shape[0], self.config.d_rank
+        self.vocab_x = torch.empty(vocab, d, device=ref.device, dtype=ref.dtype)
+        rope = not self._learned
+        self.vocab_qkv = torch.empty(vocab, 3 * d, device=ref.device, dtype=ref.dtype) if rope else None
+        for start in range(0, vocab, chunk):
+            rows = torch.arange(start, min(start + chunk, vocab), device=self._embed.device)
+            x = self.token_in(self.embed_norm(F.embedding(rows, self._embed).to(device=ref.device, dtype=ref.dtype)))
+            self.vocab_x[start : start + chunk] = x
+            if rope:
+                self.vocab_qkv[start : start + chunk] = first.qkv_rows(x)
 
     @property
     def is_bound(self) -> bool:
@@ -407,9 +437,17 @@ class WeaverAdapter(nn.Module):
             tokens = torch.cat([root.to(ref.device).long()[:, None], state.pool_ids.flatten(1).clamp(min=0)], dim=1)
             depth = torch.arange(rows, device=ref.device).sub(1).div(pool_ids.shape[2], rounding_mode="floor") + 1
             depth = depth.clamp(min=0)  # row 0 (the root): depth 0; a candidate of pool t: a node at depth t + 1
-            state.cand_x = self.node_rows(tokens, depth.expand(b, rows))
             rope = self._rope(self.node_positions(depth, state.depth)[None])  # q, k stored rotated
-            state.cand_qkv = self.blocks[0].qkv_rows(state.cand_x, rope)
+            first = self.blocks[0]
+            if self.vocab_x is None:
+                state.cand_x = self.node_rows(tokens, depth.expand(b, rows))
+                state.cand_qkv = first.qkv_rows(state.cand_x, rope)
+            elif self.vocab_qkv is None:  # learned positions: e_n = the token's row + its position's
+                state.cand_x = self.vocab_x[tokens] + self.pos_emb[depth.clamp(max=cfg.max_depth - 1)]
+                state.cand_qkv = first.qkv_rows(state.cand_x, rope)
+            else:  # RoPE: the token's rows, q and k rotated at the candidate's position
+                state.cand_x = self.vocab_x[tokens]
+                state.cand_qkv = first.rotate_rows(self.vocab_qkv[tokens], rope)
         return state
 
     @torch.no_grad()

@@ -139,15 +139,18 @@ class WeaverBlock(nn.Module):
         return q, k, v
 
     def qkv_rows(self, x: torch.Tensor, rope: Rope | None = None) -> torch.Tensor:
-        """`qkv` with the heads concatenated again: [B, T, 3 d_rank] rows q | k | v (the candidate table's form).
+        """`qkv` with the heads concatenated again: [B, T, 3 d_rank] rows q | k | v (the candidate table's form)."""
+        return self.rotate_rows(self.qkv_proj(self.norm_attn(x)), rope)
 
-        q and k are rotated in the projection's own row layout, with no concatenation, so that it compiles to one
-        pointwise pass: through `qkv`'s [B, H, T, hd] views and two torch.cat (realised as buffers), the 27B build
-        spent 4 x ~110 us in copy kernels on its 7,681-row table (scale/h200_session32)."""
-        qkv = self.qkv_proj(self.norm_attn(x))
+    def rotate_rows(self, qkv: torch.Tensor, rope: Rope | None) -> torch.Tensor:
+        """Rows q | k | v [B, T, 3 d_rank] of the projection with q and k rotated (cos, sin [B or 1, T, hd]).
+
+        In the projection's own row layout, with no concatenation, so that it compiles to one pointwise pass:
+        through `qkv`'s [B, H, T, hd] views and two torch.cat (realised as buffers), the 27B build spent
+        4 x ~110 us in copy kernels on its 7,681-row table (scale/h200_session32)."""
         if rope is None:
             return qkv
-        b, t, _ = x.shape
+        b, t, _ = qkv.shape
         parts = qkv.view(b, t, 3, self.num_heads, self.head_dim)
         cos, sin = (c[:, :, None, None] for c in rope)  # [B, T, 1, 1, hd]
         is_qk = torch.arange(3, device=qkv.device)[:, None, None] < 2  # parts q and k rotate, v does not

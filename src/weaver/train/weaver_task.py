@@ -18,6 +18,7 @@ from torch import nn
 
 from weaver.llm import resolve_dtype
 from weaver.models.decoder import Decoder
+from weaver.options import RuntimeOptions
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
 from weaver.speculative.weaver_layers import RELEASED
@@ -103,7 +104,8 @@ class WeaverTask:
                                            mlp_dim=cfg.mlp_dim, max_depth=depth, pool_size=cfg.pool_size,
                                            seed=cfg.seed, num_layers=cfg.num_layers, **variant)
         adapter = adapter.float().to(target.device).train()
-        adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight)
+        # torch paths: a trained adapter never grows trees here, so no round tables (stale as soon as it learns)
+        adapter.bind(target.model.embed_tokens.weight, target.lm_head.weight, options=RuntimeOptions(kernels="torch"))
         self.trainer = WeaverTrainer(adapter, cfg)
 
     def model(self) -> nn.Module:
