@@ -26,7 +26,7 @@ import torch
 
 import weaver
 from weaver.speculative.weaver import WeaverAdapter
-from weaver.train.data import build_training_prompts
+from weaver.train.data import build_training_prompts, eval_prompts
 
 SOURCES = {"sharegpt": "chat", "stdlib_code": "code", "gsm_symbolic": "math"}  # held-in stand-ins for the workloads
 
@@ -41,6 +41,11 @@ def held_in_prompts(per_source: int, seed: int) -> list[tuple[str, str, str]]:
             out.append((SOURCES[p.source], p.id, p.messages[-1]["content"]))
             count[p.source] += 1
     return out
+
+
+def evaluation_prompts(first: int) -> list[tuple[str, str, str]]:
+    """(workload, id, text) of the first `first` prompts of each evaluation workload (issue 17's three)."""
+    return [(w, p.id, p.text) for w in ("mt-bench", "humaneval", "gsm_symbolic") for p in eval_prompts(w)[:first]]
 
 
 def set_temperature(adapter: WeaverAdapter, tau: float, original_r: torch.Tensor) -> None:
@@ -64,13 +69,20 @@ def main() -> int:
     parser.add_argument("--per-source", type=int, default=8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--temperatures", nargs="+", type=float, default=[1.0, 0.7, 0.5])
+    parser.add_argument(
+        "--eval",
+        type=int,
+        default=0,
+        help="instead of held-in prompts: the first N of each evaluation workload (to check a choice)",
+    )
+    parser.add_argument("--no-ddtree", action="store_true", help="weaver only")
     parser.add_argument("--budget", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--shard", default="0/1", help="i/n: this process takes prompts i, i+n, ...")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     i, n = (int(x) for x in args.shard.split("/"))
-    prompts = held_in_prompts(args.per_source, args.seed)[i::n]
+    prompts = (evaluation_prompts(args.eval) if args.eval else held_in_prompts(args.per_source, args.seed))[i::n]
     llm = weaver.LLM("smollm2", device="cpu", dtype="fp32")
     llm.engine._bind_draft_models()
     adapter = llm.adapter
@@ -82,10 +94,10 @@ def main() -> int:
         gen = dict(max_new_tokens=args.new_tokens, temperature=0.0)
         ar = llm.generate(text, method="ar", **gen)
         rec = {"workload": workload, "id": pid, "runs": {}}
-        set_temperature(adapter, 1.0, original_r)
-        out = llm.generate(text, method="ddtree", budget=args.budget, **gen)
-        rec["runs"]["ddtree"] = {"tau": out.stats.tau,
-                                 "equal": out.token_ids == ar.token_ids}  # fmt: skip
+        if not args.no_ddtree:
+            set_temperature(adapter, 1.0, original_r)
+            out = llm.generate(text, method="ddtree", budget=args.budget, **gen)
+            rec["runs"]["ddtree"] = {"tau": out.stats.tau, "equal": out.token_ids == ar.token_ids}
         for tau in args.temperatures:
             set_temperature(adapter, tau, original_r)
             out = llm.generate(text, method="weaver", budget=args.budget, **gen)
