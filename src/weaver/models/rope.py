@@ -53,7 +53,20 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first cos.shape[-1] dims of x [B, heads, T, D]; cos/sin are [B, T, rot]."""
-    rot = cos.shape[-1]
-    out = rotate(x[..., :rot], cos[:, None], sin[:, None])
-    return torch.cat((out, x[..., rot:]), dim=-1) if x.shape[-1] > rot else out
+    """Rotate the first cos.shape[-1] dims of x [B, heads, T, D]; cos/sin are [B, T, rot].
+
+    Partial rotation (rot < D) selects the rotated and passed dims with a mask, not a torch.cat, for the same
+    reason as `rotate`: compiled, one pointwise pass."""
+    rot, d = cos.shape[-1], x.shape[-1]
+    cos, sin = cos[:, None], sin[:, None]
+    if rot == d:
+        return rotate(x, cos, sin)
+    dims = torch.arange(d, device=x.device)
+    half = rot // 2
+    partner = torch.where(dims < half, dims + half, dims - half).clamp(0, rot - 1)  # rotate-half's source dim
+    swapped = x.index_select(-1, partner)
+    inside = dims.clamp(max=rot - 1)  # dims past rot read any cos / sin: the mask below drops them
+    rotated = x * cos.index_select(-1, inside) + torch.where(dims < half, -swapped, swapped) * sin.index_select(
+        -1, inside
+    )
+    return torch.where(dims < rot, rotated, x)
