@@ -63,7 +63,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
         return rotate(x, cos, sin)
     dims = torch.arange(d, device=x.device)
     half = rot // 2
-    partner = torch.where(dims < half, dims + half, dims - half).clamp(0, rot - 1)  # rotate-half's source dim
+    partner = torch.where(dims < half, dims + half, dims - half)  # rotate-half's source dim (past rot: unused)
     swapped = x.index_select(-1, partner)
     inside = dims.clamp(max=rot - 1)  # dims past rot read any cos / sin: the mask below drops them
     rotated = x * cos.index_select(-1, inside) + torch.where(dims < half, -swapped, swapped) * sin.index_select(

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,7 @@ from weaver.ops.pool_top import score_pool
 from weaver.ops.weaver_frontier import node_inputs, node_visibility
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
 from weaver.speculative.weaver_layers import RELEASED, Rope, WeaverBlock, WeaverConfig, WeaverNorm, rope_table
+from weaver.speculative.weaver_round import WeaverRound
 
 __all__ = ["RELEASED", "WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
@@ -94,39 +95,6 @@ CONFIG_NAME = "config.json"
 MODEL_TYPE = "weaver_adapter"
 CANDIDATE_TABLE_MAX_BYTES = 1 << 28  # per round: B (1 + D K) rows of e_n and q/k/v (SmolLM2 shapes: 31 MB a row)
 VOCAB_TABLE_MAX_BYTES = 8 << 30  # the vocabulary-wide rows the candidate table gathers (27B, paper shape: 4.1 GB)
-
-
-@dataclass
-class WeaverRound:
-    """One round's adapter state: prefix K/V, node K/V slots, visibility and the candidate pools.
-
-    Buffer column P + s holds node slot s (P = prefix rows = 1 + D). The caller assigns slots; a tree
-    builder uses slot = node index (root 0) and keeps a few spare slots for padding entries.
-    """
-
-    k: torch.Tensor  # [L, B, H, P + S, head_dim]
-    v: torch.Tensor  # [L, B, H, P + S, head_dim]
-    visible: torch.Tensor  # [B, S, P + S] bool: row s = what node s attends to (prefix + ancestors-or-self)
-    pool_ids: torch.Tensor  # [B, D, K] long: candidates of depth d+1 in row d
-    pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
-
-    prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
-    # the candidate table (module docstring): e_n [B, 1 + D K, d_rank] and the first block's q/k/v
-    # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None
-    cand_x: torch.Tensor | None = None
-    cand_qkv: torch.Tensor | None = None
-
-    @property
-    def prefix_len(self) -> int:
-        return self.pool_ids.shape[1] + 1
-
-    @property
-    def capacity(self) -> int:
-        return self.visible.shape[1]
-
-    @property
-    def depth(self) -> int:
-        return self.pool_ids.shape[1]
 
 
 class WeaverAdapter(nn.Module):
@@ -309,8 +277,7 @@ class WeaverAdapter(nn.Module):
         rope = not self._learned
         self.vocab_qkv = torch.empty(vocab, 3 * d, device=ref.device, dtype=ref.dtype) if rope else None
         for start in range(0, vocab, chunk):
-            rows = torch.arange(start, min(start + chunk, vocab), device=self._embed.device)
-            x = self.token_in(self.embed_norm(F.embedding(rows, self._embed).to(device=ref.device, dtype=ref.dtype)))
+            x = self._token_rows(torch.arange(start, min(start + chunk, vocab), device=self._embed.device))
             self.vocab_x[start : start + chunk] = x
             if rope:
                 self.vocab_qkv[start : start + chunk] = first.qkv_rows(x)
@@ -346,9 +313,16 @@ class WeaverAdapter(nn.Module):
     def node_rows(self, tokens: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
         """e_n: tokens, depth [...] -> [..., d_rank] (token embedding, + position of the pool it scores if learned)."""
         self._check_bound()
+        return self._with_position(self._token_rows(tokens), depth)
+
+    def _token_rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """token_in(embed_norm(E[tokens])): e_n without its position, [..., d_rank]."""
         ref = self._ref
         emb = F.embedding(tokens.to(self._embed.device), self._embed).to(device=ref.device, dtype=ref.dtype)
-        e = self.token_in(self.embed_norm(emb))
+        return self.token_in(self.embed_norm(emb))
+
+    def _with_position(self, e: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+        """e_n from its token rows: + the position row of the pool it scores (learned), as is (RoPE)."""
         if not self._learned:
             return e
         return e + self.pos_emb[depth.clamp(min=0, max=self.config.max_depth - 1)]
@@ -439,14 +413,11 @@ class WeaverAdapter(nn.Module):
             depth = depth.clamp(min=0)  # row 0 (the root): depth 0; a candidate of pool t: a node at depth t + 1
             rope = self._rope(self.node_positions(depth, state.depth)[None])  # q, k stored rotated
             first = self.blocks[0]
-            if self.vocab_x is None:
-                state.cand_x = self.node_rows(tokens, depth.expand(b, rows))
+            e = self._token_rows(tokens) if self.vocab_x is None else self.vocab_x[tokens]
+            state.cand_x = self._with_position(e, depth)
+            if self.vocab_qkv is None:
                 state.cand_qkv = first.qkv_rows(state.cand_x, rope)
-            elif self.vocab_qkv is None:  # learned positions: e_n = the token's row + its position's
-                state.cand_x = self.vocab_x[tokens] + self.pos_emb[depth.clamp(max=cfg.max_depth - 1)]
-                state.cand_qkv = first.qkv_rows(state.cand_x, rope)
-            else:  # RoPE: the token's rows, q and k rotated at the candidate's position
-                state.cand_x = self.vocab_x[tokens]
+            else:  # RoPE: the token's projected rows, q and k rotated at the candidate's position
                 state.cand_qkv = first.rotate_rows(self.vocab_qkv[tokens], rope)
         return state
 
