@@ -301,3 +301,40 @@ def test_default_config_follows_the_h200_sweeps() -> None:
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     assert default_config(256, 128).solve_order == "left" and default_config(128, 128).solve_order == "right"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gdn_tree_computes_raw_gates(dtype) -> None:
+    """With RawGates the prep kernel takes the in-projection's raw a and b (column views of one wider output, as
+    the fused projection leaves them) and computes g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (in
+    b's dtype) itself: the same o and factors as the gates computed by `weaver.ops.gdn.gdn_gates` first, and as
+    the float64 reference on those gates. a spans softplus's both branches (a + dt_bias beyond 20 too). bf16:
+    the interpreter truncates where the GPU rounds, so beta may sit one bf16 step off under it (delta ~2^-8)."""
+    from weaver.ops.gdn import gdn_gates
+
+    B, T = 2, 30 if not FULL else 65
+    par = random_batch(B, T, seed=11, device=DEVICE)
+    q, k, v, _, _, s0 = make_inputs(B, T, seed=11, dtype=dtype, l2=True, **SHAPE)
+    HV = v.shape[2]
+    gen = torch.Generator().manual_seed(12)
+    proj = (torch.randn(B, T, 2 * HV + 5, generator=gen) * 4.0).to(dtype).to(DEVICE)
+    proj[0, 3, 1] = 30.0  # softplus's linear branch
+    a_raw, b_raw = proj[..., 1 : HV + 1], proj[..., HV + 3 : 2 * HV + 3]
+    A_log = (0.5 * torch.randn(HV, generator=gen)).to(DEVICE)
+    dt_bias = torch.randn(HV, generator=gen).to(DEVICE)
+    assert not a_raw.is_contiguous() and a_raw.stride(1) == 2 * HV + 5
+    g, beta = gdn_gates(a_raw, b_raw, A_log, dt_bias)
+    o1, a1 = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, use_qk_l2norm=True)
+    o2, a2 = wt.gdn_tree(q, k, v, a_raw, b_raw, par, initial_state=s0, use_qk_l2norm=True,
+                         gates=wt.RawGates(A_log, dt_bias))  # fmt: skip
+    tol_o, tol_d = TOL[dtype]
+    if dtype == torch.bfloat16 and not FULL:
+        tol_d = 1e-2
+    assert_close("G raw vs precomputed gates", a1.G, a2.G, 1e-6)
+    assert_close("delta raw vs precomputed gates", a1.delta, a2.delta, tol_d)
+    assert_close("o raw vs precomputed gates", o1.float(), o2.float(), tol_o)
+    o_r, aux_r = reference(q, k, v, g, beta, par, s0, True)
+    assert_close("o", o_r, o2.float(), tol_o)
+    assert_close("delta", aux_r.delta, a2.delta, tol_d)
+    with pytest.raises(ValueError, match="A_log"):
+        wt.gdn_tree(q, k, v, a_raw, b_raw, par, gates=wt.RawGates(A_log[:-1], dt_bias))

@@ -83,22 +83,24 @@ def gdn_decode(mixed, b_raw, a_raw, z, A_log, dt_bias, norm_weight, eps: float, 
     return launch(gdn_decode_op, "weaver.kernels.triton.gdn_decode", "gdn_decode", *args)
 
 
-def gdn_tree(q, k, v, g, beta, parents, state: torch.Tensor, structure, options: RuntimeOptions,
-             aux_out: gdn_ref.GDNTreeAux | None = None):
-    """Tree verify from the committed `state` (read only); returns (o, aux for the commit). With `aux_out` (the
-    layer's slot of the stacked factors) the factors land there and aux is aux_out."""
+def gdn_tree(q, k, v, a_raw, b_raw, A_log, dt_bias, parents, state: torch.Tensor, structure,
+             options: RuntimeOptions, aux_out: gdn_ref.GDNTreeAux | None = None):
+    """Tree verify from the committed `state` (read only) with the gates of the in-projection's raw a and b
+    (`weaver.ops.gdn.gdn_gates`; the Triton prep kernel computes them itself); returns (o, aux for the commit).
+    With `aux_out` (the layer's slot of the stacked factors) the factors land there and aux is aux_out."""
     tri = _tree_ops(options, q)
     if tri is not None and torch.compiler.is_compiling():  # one opaque op: inductor never traces the kernels
         structure = structure if structure is not None else build_tree_structure(parents, options)
         if aux_out is None:
             aux_out = _empty_aux(q, v)
-        o = gdn_tree_op(q, k, v, g, beta, *structure, state, *aux_out)
+        o = gdn_tree_op(q, k, v, a_raw, b_raw, A_log, dt_bias, *structure, state, *aux_out)
         return o, aux_out
     if tri is not None:
         return tri.gdn_tree(
-            q, k, v, g, beta, structure if structure is not None else parents,
-            initial_state=state, use_qk_l2norm=True, aux_out=aux_out,
+            q, k, v, a_raw, b_raw, structure if structure is not None else parents,
+            initial_state=state, use_qk_l2norm=True, aux_out=aux_out, gates=tri.RawGates(A_log, dt_bias),
         )
+    g, beta = gdn_ref.gdn_gates(a_raw, b_raw, A_log, dt_bias)
     o, aux = gdn_ref.gdn_tree(q, k, v, g, beta, parents, initial_state=state, use_qk_l2norm=True)
     if aux_out is None:
         return o, aux
@@ -137,21 +139,22 @@ def _tree_structure_fake(parents):
 
 @torch.library.custom_op("weaver::gdn_tree", mutates_args=("aux_k", "aux_delta", "aux_G"))
 def gdn_tree_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor, parents: torch.Tensor,
-    anc: torch.Tensor, depth: torch.Tensor, state: torch.Tensor | None, aux_k: torch.Tensor, aux_delta: torch.Tensor,
-    aux_G: torch.Tensor,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a_raw: torch.Tensor, b_raw: torch.Tensor, A_log: torch.Tensor,
+    dt_bias: torch.Tensor, parents: torch.Tensor, anc: torch.Tensor, depth: torch.Tensor, state: torch.Tensor | None,
+    aux_k: torch.Tensor, aux_delta: torch.Tensor, aux_G: torch.Tensor,
 ) -> torch.Tensor:
-    """`weaver.kernels.triton.gdn_tree.gdn_tree` (l2norm, from `state`) writing its factors into aux_*."""
+    """`weaver.kernels.triton.gdn_tree.gdn_tree` (raw gates, l2norm, from `state`) writing its factors into aux_*."""
+    from weaver.kernels.triton.gdn_tree import RawGates
     from weaver.kernels.triton.gdn_tree import gdn_tree as kernel
     from weaver.kernels.triton.structure import TreeStructure
 
-    o, _ = kernel(q, k, v, g, beta, TreeStructure(parents, anc, depth), initial_state=state, use_qk_l2norm=True,
-                  aux_out=gdn_ref.GDNTreeAux(aux_k, aux_delta, aux_G))  # fmt: skip
+    o, _ = kernel(q, k, v, a_raw, b_raw, TreeStructure(parents, anc, depth), initial_state=state, use_qk_l2norm=True,
+                  aux_out=gdn_ref.GDNTreeAux(aux_k, aux_delta, aux_G), gates=RawGates(A_log, dt_bias))  # fmt: skip
     return o
 
 
 @gdn_tree_op.register_fake
-def _gdn_tree_fake(q, k, v, g, beta, parents, anc, depth, state, aux_k, aux_delta, aux_G):
+def _gdn_tree_fake(q, k, v, a_raw, b_raw, A_log, dt_bias, parents, anc, depth, state, aux_k, aux_delta, aux_G):
     return v.new_empty(v.shape)
 
 

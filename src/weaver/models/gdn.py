@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn import functional as F
 
 from weaver.kernels import gdn as backend
 from weaver.models.cache import GDNCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import GatedRMSNorm
 from weaver.models.step import StepInputs
+from weaver.ops.gdn import gdn_gates
 from weaver.options import RuntimeOptions
 
 
@@ -76,13 +76,13 @@ class GatedDeltaNet(nn.Module):
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
         v = v.reshape(b, t, self.num_v_heads, self.head_v_dim)
-        beta = torch.sigmoid(b_raw).float()
-        g = -self.A_log.float().exp() * F.softplus(a_raw.float() + self.dt_bias.float())
-        if step.is_tree:
-            o, aux = backend.gdn_tree(q, k, v, g, beta, step.parents, cache.state, step.tree_structure, step.options,
-                                      aux_out=None if slots is None else slots[0])  # fmt: skip
+        if step.is_tree:  # the gates from a and b inside the tree kernels (no launch of their own)
+            aux_out = None if slots is None else slots[0]
+            o, aux = backend.gdn_tree(q, k, v, a_raw, b_raw, self.A_log, self.dt_bias, step.parents, cache.state,
+                                      step.tree_structure, step.options, aux_out=aux_out)  # fmt: skip
             cache.aux, cache.tree_x = aux, mixed if slots is None else slots[1]
         else:
+            g, beta = gdn_gates(a_raw, b_raw, self.A_log, self.dt_bias)
             o, new_state = backend.gdn_chain(q, k, v, g, beta, cache.state, step.options)
             cache.state.copy_(new_state)
         z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)

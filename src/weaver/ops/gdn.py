@@ -36,7 +36,7 @@ import torch
 
 from weaver.ops.tree import ancestor_mask, path_prefix_sum
 
-__all__ = ["GDNTreeAux", "gdn_chunk", "gdn_recurrent", "gdn_tree", "gdn_tree_commit", "l2norm"]
+__all__ = ["GDNTreeAux", "gdn_chunk", "gdn_gates", "gdn_recurrent", "gdn_tree", "gdn_tree_commit", "l2norm"]
 
 
 class GDNTreeAux(NamedTuple):
@@ -45,6 +45,16 @@ class GDNTreeAux(NamedTuple):
     k: torch.Tensor  # [B, T, H, K] float32, after l2norm when enabled, unscaled
     delta: torch.Tensor  # [B, T, HV, V] float32
     G: torch.Tensor  # [B, T, HV] float32, root-path prefix sum of g
+
+
+def gdn_gates(
+    a_raw: torch.Tensor, b_raw: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, beta) [B, T, HV] float32 from the in-projection's a and b (HF Qwen3.5: beta = sigmoid(b) in the
+    activation dtype; g = -exp(A_log) softplus(a + dt_bias) in float32)."""
+    beta = torch.sigmoid(b_raw).float()
+    g = -A_log.float().exp() * torch.nn.functional.softplus(a_raw.float() + dt_bias.float())
+    return g, beta
 
 
 def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:

@@ -22,6 +22,7 @@ import torch
 
 __all__ = [
     "GDNTreeConfig",
+    "RawGates",
     "TreeStructure",
     "build_tree_structure",
     "conv_state_commit",
@@ -56,7 +57,7 @@ if importlib.util.find_spec("triton") is not None:
     from weaver.kernels.triton.conv import conv_state_commit, conv_state_commit_stacked, tree_conv1d
     from weaver.kernels.triton.decode import decode_attention, fused_gemv
     from weaver.kernels.triton.gdn_commit import gdn_tree_commit, gdn_tree_commit_stacked
-    from weaver.kernels.triton.gdn_tree import GDNTreeConfig, gdn_tree
+    from weaver.kernels.triton.gdn_tree import GDNTreeConfig, RawGates, gdn_tree
     from weaver.kernels.triton.qkv_rope import qkv_rope_kv
     from weaver.kernels.triton.structure import TreeStructure, build_tree_structure
     from weaver.kernels.triton.tree_attention import rope_table, tree_attention, tree_attention_rope, tree_rope_kv_write
@@ -68,4 +69,4 @@ else:  # keep the names importable; calling them explains what is missing
     conv_state_commit = tree_conv1d = gdn_tree_commit = gdn_tree = build_tree_structure = qkv_rope_kv = _missing
     conv_state_commit_stacked = gdn_tree_commit_stacked = _missing
     decode_attention = fused_gemv = tree_attention = tree_attention_rope = tree_rope_kv_write = rope_table = _missing
-    GDNTreeConfig = TreeStructure = None
+    GDNTreeConfig = RawGates = TreeStructure = None

@@ -40,7 +40,15 @@ from weaver.kernels.triton._utils import check_device, dot_lp, interpreting, mm,
 from weaver.kernels.triton.structure import TreeStructure, as_structure
 from weaver.ops.gdn import GDNTreeAux, check_gdn_shapes
 
-__all__ = ["GDNTreeConfig", "default_config", "gdn_tree"]
+__all__ = ["GDNTreeConfig", "RawGates", "default_config", "gdn_tree"]
+
+
+class RawGates(NamedTuple):
+    """A GDN layer's gate parameters. Handed to `gdn_tree`, its g and beta are the in-projection's raw a and b
+    and the prep kernel computes g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) (one launch fewer)."""
+
+    A_log: torch.Tensor  # [HV]
+    dt_bias: torch.Tensor  # [HV]
 
 
 class GDNTreeConfig(NamedTuple):
@@ -128,12 +136,28 @@ def _keys(p_k, p_anc, b_ga, o_r, m_r, o_a, m_a, o_k, m_k, T, sqt, BT: tl.constex
 
 
 @triton.jit
-def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, sqt, HV: tl.constexpr, BT: tl.constexpr,
-             L2NORM: tl.constexpr):  # fmt: skip
-    """Rows o_r (row n at n * sqt): q, q's inverse norm times scale, and beta."""
+def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, sqt, sbt, BT: tl.constexpr, L2NORM: tl.constexpr,
+             RAW: tl.constexpr):  # fmt: skip
+    """Rows o_r (row n at n * sqt): q, q's inverse norm times scale, and beta (node n at n * sbt; RAW: the
+    projection's b, beta = sigmoid(b) rounded to b's dtype as torch computes it)."""
     b_q = tl.load(p_q + o_r[:, None] * sqt + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
-    b_beta = tl.load(p_beta + o_r * HV, mask=m_r, other=0).to(tl.float32)
+    b_b = tl.load(p_beta + o_r * sbt, mask=m_r, other=0)
+    if RAW:
+        b_beta = tl.sigmoid(b_b.to(tl.float32)).to(b_b.dtype).to(tl.float32)
+    else:
+        b_beta = b_b.to(tl.float32)
     return b_q, _rnorm(b_q, L2NORM, BT) * scale, b_beta
+
+
+@triton.jit
+def _log_decays(g, A_log, dt_bias, i_b, i_hv, o_a, m_a, sgb, sgt, RAW: tl.constexpr):
+    """g of nodes o_a (node n at n * sgt); RAW: from the projection's a, g = -exp(A_log) softplus(a + dt_bias)."""
+    b_g = tl.load(g + i_b * sgb + i_hv + o_a * sgt, mask=m_a, other=0).to(tl.float32)
+    if RAW:
+        b_x = b_g + tl.load(dt_bias + i_hv).to(tl.float32)
+        softplus = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
+        b_g = -tl.exp(tl.load(A_log + i_hv).to(tl.float32)) * softplus
+    return b_g
 
 
 @triton.jit
@@ -160,10 +184,12 @@ def _neumann_inverse(b_a, n_chain, BT: tl.constexpr, LOG2BT: tl.constexpr, PREC:
 
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, v, g, beta, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0, sqb, sqt, svb, svt,
+    q, k, v, g, beta, A_log, dt_bias, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0, sqb, sqt,
+    svb, svt, sgb, sgt, sbb, sbt,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
+    RAW: tl.constexpr,
 ):  # fmt: skip
     """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = W0 + axis 1):
       w < NTP                 diagonal item of tile i = w (aux.G, aux.k, X_ii, P_ii);
@@ -173,7 +199,8 @@ def gdn_tree_prep_kernel(
     (`GDNTreeConfig.split_prep`: one launch per kind, each with only its own register footprint).
     Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside. q and k
     (one layout) and v may be row views of a wider tensor: batch row b, node n at b * s?b + n * s?t, each
-    node's heads and features dense."""
+    node's heads and features dense. g and beta: node n of batch row b at b * sgb + n * sgt (b * sbb + n * sbt);
+    RAW: they are the projection's a and b, and the gates are computed here (no gate kernel before the verify)."""
     i_bh, w = tl.program_id(0), tl.program_id(1) + W0
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
@@ -184,7 +211,7 @@ def gdn_tree_prep_kernel(
     p_anc = anc + i_b * T * T
     p_k = k + i_b * sqb + i_h * K  # row n at n * sqt
     p_q = q + i_b * sqb + i_h * K
-    p_beta = beta + i_b * T * HV + i_hv  # node n at n * HV
+    p_beta = beta + i_b * sbb + i_hv  # node n at n * sbt
     p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
     p_a = amat + i_bh.to(tl.int64) * TP * TP
     o_t = tl.arange(0, BT)
@@ -209,9 +236,9 @@ def gdn_tree_prep_kernel(
     if i * BT < T:
         o_i = i * BT + o_t
         m_i = o_i < T
-        b_ga = tl.load(g + i_b * T * HV + i_hv + o_a * HV, mask=m_a, other=0).to(tl.float32)
+        b_ga = _log_decays(g, A_log, dt_bias, i_b, i_hv, o_a, m_a, sgb, sgt, RAW)
         b_Gi, b_ki, b_rki = _keys(p_k, p_anc, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, T, sqt, BT, L2NORM)
-        b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, sqt, HV, BT, L2NORM)
+        b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, sqt, sbt, BT, L2NORM, RAW)
         if kind == 0:
             tl.store(aux_G + i_b * T * HV + i_hv + o_i * HV, b_Gi, mask=m_i)
             if i_hv % R == 0:
@@ -413,10 +440,11 @@ def gdn_tree_fwd(
     out_dtype: torch.dtype,
     run_solve: bool = True,
     aux_out: GDNTreeAux | None = None,
+    gates: RawGates | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
     """Allocate outputs and scratch, launch the prep and solve kernels (inputs already validated).
     run_solve=False stops after the prep kernel (for stage timing only; o and aux.delta are then garbage);
-    aux_out: where the factors go (validated by the caller), else allocated here."""
+    aux_out: where the factors go (validated by the caller), else allocated here; gates: g and beta are raw."""
     B, T, H, K = q.shape
     HV, V = v.shape[2], v.shape[3]
     BT, BV = config.BT, config.BV
@@ -442,17 +470,20 @@ def gdn_tree_fwd(
     prep_prec = prec if config.inv_precision == "auto" else precision_code(config.inv_precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
+    A_log, dt_bias = gates if gates is not None else (g, g)  # dummy pointers without raw gates
     items = prep_items(T, BT, V, config.BVP)
     launches = [(0, 0, sum(items))]  # (ITEMS, first item, items)
     if config.split_prep:
         launches = [(kind + 1, sum(items[:kind]), n) for kind, n in enumerate(items) if n]
     for kind, first, count in launches:
         gdn_tree_prep_kernel[(B * HV, count)](
-            q, k, v, g, beta, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G, float(scale), T, first,
-            q.stride(0), q.stride(1), v.stride(0), v.stride(1),
+            q, k, v, g, beta, A_log, dt_bias, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G,
+            float(scale), T, first, q.stride(0), q.stride(1), v.stride(0), v.stride(1), g.stride(0), g.stride(1),
+            beta.stride(0), beta.stride(1),
             H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
-            INTERPRET=interp, ITEMS=kind, num_warps=config.prep_warps, num_stages=config.prep_stages,
+            INTERPRET=interp, ITEMS=kind, RAW=gates is not None, num_warps=config.prep_warps,
+            num_stages=config.prep_stages,
         )  # fmt: skip
     if not run_solve:
         return o, aux
@@ -488,6 +519,7 @@ def gdn_tree(
     config: GDNTreeConfig | None = None,
     out_dtype: torch.dtype | None = None,
     aux_out: GDNTreeAux | None = None,
+    gates: RawGates | None = None,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
     """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
 
@@ -502,6 +534,8 @@ def gdn_tree(
         out_dtype: dtype of o; None means v's dtype (float32 shows the error before output rounding).
         aux_out: optional contiguous float32 GDNTreeAux to write the factors into (a layer's slot in the
             stacked factors that one commit launch folds for every layer); returned as aux.
+        gates: RawGates: g and beta are the in-projection's raw a and b (row views read in place), the gates
+            are computed in the prep kernel as `weaver.ops.gdn.gdn_gates` does.
     Returns:
         o: [B, T, HV, V] in v's dtype (or out_dtype).
         aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]), float32, for the commit.
@@ -512,7 +546,9 @@ def gdn_tree(
     tree = as_structure(parents)
     if tree.anc.shape != (B, T, T):
         raise ValueError(f"parents/structure must describe [B, T] = {(B, T)} trees, got {tuple(tree.depth.shape)}")
-    check_device(q, k, v, g, beta, initial_state, tree.anc)
+    check_device(q, k, v, g, beta, initial_state, tree.anc, *(gates or ()))
+    if gates is not None and any(x.shape != (HV,) for x in gates):
+        raise ValueError(f"gates.A_log and gates.dt_bias must be [HV] = [{HV}], got {[tuple(x.shape) for x in gates]}")
     if aux_out is not None:
         check_device(*aux_out)
         want = ((B, T, H, K), (B, T, HV, V), (B, T, HV))
@@ -522,8 +558,14 @@ def gdn_tree(
     cfg = config if config is not None else default_config(T, V, q.dtype)
     scale = K**-0.5 if scale is None else scale
     q, k, v = dense_rows(q, k, v)
-    g, beta = g.contiguous(), beta.contiguous()
+    g, beta = _node_rows(g), _node_rows(beta)
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     out_dtype = v.dtype if out_dtype is None else out_dtype
-    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype, aux_out=aux_out)
+    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype, aux_out=aux_out,
+                        gates=gates)
+
+
+def _node_rows(x: torch.Tensor) -> torch.Tensor:
+    """A [B, T, HV] gate input as the prep kernel reads it in place (unit stride over heads), else a copy."""
+    return x if x.shape[2] == 1 or x.stride(2) == 1 else x.contiguous()

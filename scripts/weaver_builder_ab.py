@@ -1,0 +1,64 @@
+"""CPU experiment (issue 17): which weaver builder options (w, c) raise greedy tau at budget 64?
+
+The device builder pops the best w frontier entries per adapter step (default ceil(budget / 16): 16 steps at
+budget 64) and pushes each expanded node's top-c children (default 8). This decodes the first N prompts of each
+evaluation workload greedily with weaver under each variant, prints tau per workload and the macro mean, and
+checks every output against ar (a builder option changes which tree is built, never what is accepted).
+
+    python3 scripts/weaver_builder_ab.py --eval 32 --variants w=1 c=16 --shard 0/2 --out /tmp/ab/s0.json
+
+A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import weaver
+from weaver.train.data import eval_prompts
+
+WORKLOADS = ("mt-bench", "humaneval", "gsm_symbolic")
+
+
+def parse_variant(text: str) -> dict[str, int]:
+    """`w=1,c=16` -> {"w": 1, "c": 16}; `default` -> {}."""
+    if text == "default":
+        return {}
+    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=int, default=32, help="the first N prompts of each evaluation workload")
+    parser.add_argument("--variants", nargs="+", default=["default"])
+    parser.add_argument("--budget", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--shard", default="0/1", help="i/n: this process takes prompts i, i+n, ...")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    i, n = (int(x) for x in args.shard.split("/"))
+    prompts = [(w, p.id, p.text) for w in WORKLOADS for p in eval_prompts(w)[: args.eval]][i::n]
+    llm = weaver.LLM("smollm2", device="cpu", dtype="fp32")
+    records = []
+    for workload, pid, text in prompts:
+        start = time.time()
+        gen = dict(max_new_tokens=args.new_tokens, temperature=0.0)
+        ar = llm.generate(text, method="ar", **gen)
+        rec = {"workload": workload, "id": pid, "runs": {}}
+        for variant in args.variants:
+            out = llm.generate(text, method="weaver", budget=args.budget, builder_options=parse_variant(variant) or None,
+                               **gen)  # fmt: skip
+            rec["runs"][variant] = {"tau": out.stats.tau, "equal": out.token_ids == ar.token_ids,
+                                    "per_depth": list(out.stats.accepted_per_depth)}  # fmt: skip
+        records.append(rec)
+        line = " ".join(f"{k} {v['tau']:.2f}" for k, v in rec["runs"].items())
+        print(f"{workload:<12} {pid}: {line} ({time.time() - start:.0f} s)", flush=True)
+        with open(args.out, "w") as f:  # after every prompt: a killed run keeps what it measured
+            json.dump({"args": vars(args), "records": records}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
