@@ -73,21 +73,26 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
     prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
-    TP = gt.tile_rows(T, cfg.BT)
+    lead = int(cfg.lead and T > 1)
+    TP = gt.tile_rows(T - lead, cfg.BT)
     common = dict(H=H, HV=HV, K=K, V=V, BT=cfg.BT, USE_H0=True, PREC=prec, INTERPRET=False)
-    prep_args = {n: "*fp32" for n in ("g", "beta", "h0", "amat", "pmat", "rhs", "qh", "aux_k", "aux_G")}
-    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", anc="*i8", depth="*i32", scale="fp32", T="i32", W0="i32")
+    prep_args = {n: "*fp32" for n in ("h0", "amat", "pmat", "lead", "rhs", "qh", "aux_k", "aux_G", "A_log", "dt_bias")}
+    prep_args.update(q=f"*{el}", k=f"*{el}", v=f"*{el}", g=f"*{el}", beta=f"*{el}", anc="*i8", depth="*i32",
+                     scale="fp32", T="i32", W0="i32",
+                     **{n: "i32" for n in ("sqb", "sqt", "svb", "svt", "sgb", "sgt", "sbb", "sbt")})  # fmt: skip
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=False, LOWP=dtype == "bf16")  # fmt: skip
+                      L2NORM=True, LOWP=dtype == "bf16", RAW=True, LEAD=lead)  # the model's verify: raw gates, l2norm
     preps = []  # one kernel for every item kind, or (split_prep) one per kind
     kinds = ((1, "prep diagonal"), (2, "prep pair"), (3, "prep state")) if cfg.split_prep else ((0, "prep"),)
     for items, name in kinds:
         kern = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, dict(prep_const, ITEMS=items), cfg.prep_warps,
                               cfg.prep_stages)
         preps.append(report(f"T={T} {dtype} {cfg} {name}", kern))
-    solve_args = {n: "*fp32" for n in ("amat", "pmat", "rhs", "qh", "aux_delta")}
+    solve_args = {n: "*fp32" for n in ("amat", "pmat", "lead", "rhs", "qh", "aux_delta")}
     solve_args.update(o=f"*{el}", T="i32")
     solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False)
+    if cfg.solve_order == "right":
+        solve_const["LEAD"] = lead
     solve_fn = gt.gdn_tree_solve_kernel if cfg.solve_order == "right" else gt.gdn_tree_solve_left_kernel
     solve = compile_kernel(solve_fn, solve_args, solve_const, cfg.num_warps, cfg.num_stages)
     return [*preps, report(f"T={T} {dtype} {cfg} solve", solve)]
@@ -335,8 +340,9 @@ def main() -> None:
             cfgs += [base._replace(BVP=b) for b in args.BVP]
             cfgs += [base._replace(BT=bt) for bt in args.BT]
             cfgs += [base._replace(split_prep=True)] if args.split_prep else []
-            cfgs += [base._replace(solve_order="left")] + [base._replace(solve_order="left", BV=bv) for bv in args.BV] \
-                if args.left_solve else []
+            cfgs += [base._replace(solve_order="left", lead=False)] + [
+                base._replace(solve_order="left", lead=False, BV=bv) for bv in args.BV] if args.left_solve else []
+            cfgs += [base._replace(lead=False)] if base.lead else []  # the tiled root beside the lead row
             for cfg in cfgs:
                 try:
                     for line in check_gdn_tree(T, dtype, cfg):

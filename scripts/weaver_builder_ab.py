@@ -7,7 +7,11 @@ checks every output against ar (a builder option changes which tree is built, ne
 
     python3 scripts/weaver_builder_ab.py --eval 32 --variants w=1 c=16 --shard 0/2 --out /tmp/ab/s0.json
 
-A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults.
+A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. `r=0.8` is not a
+builder option: it scales the adapter's learned correction of the drafter's logits (pool logit = prior + r * R[c] .
+y; r = 0 ranks by the drafter's marginals alone, as ddtree does), by scaling R once bound (an experiment, not a
+switch). `--held-in N` decodes the first N single-turn training prompts of each source instead (choose there,
+confirm on the evaluation prompts).
 """
 
 from __future__ import annotations
@@ -16,31 +20,42 @@ import argparse
 import json
 import time
 
+from weaver_temperature_ab import held_in_prompts
+
 import weaver
 from weaver.train.data import eval_prompts
 
 WORKLOADS = ("mt-bench", "humaneval", "gsm_symbolic")
 
 
-def parse_variant(text: str) -> dict[str, int]:
-    """`w=1,c=16` -> {"w": 1, "c": 16}; `default` -> {}."""
+def parse_variant(text: str) -> tuple[dict[str, int], float]:
+    """`w=1,c=16,r=0.8` -> ({"w": 1, "c": 16}, 0.8); `default` -> ({}, 1.0)."""
     if text == "default":
-        return {}
-    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+        return {}, 1.0
+    items = dict(kv.split("=") for kv in text.split(","))
+    scale = float(items.pop("r", 1.0))
+    return {k: int(v) for k, v in items.items()}, scale
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eval", type=int, default=32, help="the first N prompts of each evaluation workload")
     parser.add_argument("--variants", nargs="+", default=["default"])
+    parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    parser.add_argument("--held-in", type=int, default=0, help="the first N training prompts of each source instead")
     parser.add_argument("--budget", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--shard", default="0/1", help="i/n: this process takes prompts i, i+n, ...")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     i, n = (int(x) for x in args.shard.split("/"))
-    prompts = [(w, p.id, p.text) for w in WORKLOADS for p in eval_prompts(w)[: args.eval]][i::n]
+    if args.held_in:
+        prompts = held_in_prompts(args.held_in, seed=0)[i::n]
+    else:
+        prompts = [(w, p.id, p.text) for w in args.workloads for p in eval_prompts(w)[: args.eval]][i::n]
     llm = weaver.LLM("smollm2", device="cpu", dtype="fp32")
+    llm.engine._bind_draft_models()
+    bound_r = llm.adapter.residual_lm_head.clone()
     records = []
     for workload, pid, text in prompts:
         start = time.time()
@@ -48,8 +63,9 @@ def main() -> int:
         ar = llm.generate(text, method="ar", **gen)
         rec = {"workload": workload, "id": pid, "runs": {}}
         for variant in args.variants:
-            out = llm.generate(text, method="weaver", budget=args.budget, builder_options=parse_variant(variant) or None,
-                               **gen)  # fmt: skip
+            options, scale = parse_variant(variant)
+            llm.adapter.residual_lm_head = bound_r * scale
+            out = llm.generate(text, method="weaver", budget=args.budget, builder_options=options or None, **gen)
             rec["runs"][variant] = {"tau": out.stats.tau, "equal": out.token_ids == ar.token_ids,
                                     "per_depth": list(out.stats.accepted_per_depth)}  # fmt: skip
         records.append(rec)

@@ -107,13 +107,15 @@ def test_gdn_tree_tile_sizes(kind: str, BT: int) -> None:
 
 LAUNCH_OPTIONS = [dict(prep_stages=2, num_stages=2), dict(num_warps=8, prep_warps=2), dict(BV=64), dict(BVP=16),
                   dict(BVP=64), dict(BT=32), dict(BT=64), dict(split_prep=True), dict(solve_order="left"),
-                  dict(BT=64, split_prep=True, solve_order="left")]  # fmt: skip
+                  dict(BT=64, split_prep=True, solve_order="left"), dict(lead=True),
+                  dict(BT=32, lead=True, split_prep=True)]  # fmt: skip
 
 
 @pytest.mark.parametrize(
     "change",
     LAUNCH_OPTIONS,
-    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64", "split_prep", "left", "BT64-split-left"],
+    ids=["stages2", "warps", "BV64", "BVP16", "BVP64", "BT32", "BT64", "split_prep", "left", "BT64-split-left", "lead",
+         "BT32-lead-split"],
 )
 def test_gdn_tree_launch_options(change: dict) -> None:
     """Every launch option computes the same function (chain and proposal trees, pad tiles skipped)."""
@@ -135,11 +137,13 @@ def test_gdn_tree_reads_no_unset_scratch(monkeypatch) -> None:
 
     monkeypatch.setattr(torch, "empty", nan_empty)
     T = 160 if FULL else 37  # 37 with BT=16: a partial tile, then an empty one
-    configs = [GDNTreeConfig(BT=16), GDNTreeConfig(BT=16, split_prep=True, solve_order="left")]  # left: Delta_j
+    configs = [GDNTreeConfig(BT=16), GDNTreeConfig(BT=16, split_prep=True, solve_order="left"),  # left: Delta_j
+               GDNTreeConfig(BT=16, lead=True)]
     cases = [(kind, h0, cfg) for kind in ("chain", "proposal", "random") for h0 in (True, False) for cfg in configs]
     if not FULL:  # interpreted: every (h0, launch) pair once, the three kinds spread over them
         cases = [("chain", True, configs[0]), ("proposal", False, configs[0]), ("random", True, configs[1]),
-                 ("chain", False, configs[1])]  # fmt: skip
+                 ("chain", False, configs[1]), ("proposal", True, configs[2]),
+                 ("random", False, configs[2])]  # fmt: skip
     for kind, h0, cfg in cases:
         par = torch.tensor([random_parents(T, 4, kind, pads=3)], device=DEVICE)
         check(par, torch.float32, False, h0, seed=6, config=cfg, **SHAPE)
@@ -301,6 +305,38 @@ def test_default_config_follows_the_h200_sweeps() -> None:
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32
     assert default_config(256, 128).solve_order == "left" and default_config(128, 128).solve_order == "right"
+    # 2^k + 1 nodes (budget 2^k and the root): the root leads, the other 2^k fill the tiles
+    assert not any(default_config(t, 128).lead for t in (1, 2, 16, 32, 64, 100, 128, 256, 257))
+    for t, bt in ((17, 16), (33, 32), (65, 64), (129, 64)):
+        cfg = default_config(t, 128)
+        assert cfg.lead and cfg.BT == bt and cfg.solve_order == "right"
+        assert not default_config(t, 128, torch.float32).lead  # fp32 spills more with it (ptxas)
+
+
+@pytest.mark.parametrize(
+    "T, dtype, l2, h0, BT, split",
+    [
+        pytest.param(2, torch.float32, False, True, 16, False, id="T2"),  # the root and one node
+        pytest.param(9, torch.bfloat16, True, True, 16, False, id="T9-bf16"),
+        pytest.param(17, torch.float32, True, False, 16, False, id="T17-nos0"),  # one full tile after the root
+        pytest.param(17, torch.bfloat16, False, True, 16, True, id="T17-bf16-split"),
+        pytest.param(33, torch.float32, False, True, 16, False, id="T33-two-tiles"),
+        pytest.param(26, torch.bfloat16, True, True, 32, False, id="T26-partial"),
+    ],
+)
+def test_gdn_tree_lead_row(T, dtype, l2, h0, BT, split) -> None:
+    """The root as a lead row outside the tiles (GDNTreeConfig.lead): its column of A and P is vector work and
+    the tiles start at node 1; the same function as the float64 reference for every tree kind (pads included,
+    whose parent is -1: the root is not their ancestor) and as the tiled layout."""
+    if FULL:
+        T = {2: 2, 9: 9, 17: 65, 26: 100, 33: 129}[T]
+    par = random_batch(2, T, seed=T, device=DEVICE)
+    aux, _, _ = check(par, dtype, l2, h0, seed=T, config=GDNTreeConfig(BT=BT, BV=16, lead=True, split_prep=split),
+                      **SHAPE)  # fmt: skip
+    aux_tiled, _, _ = check(par, dtype, l2, h0, seed=T, config=GDNTreeConfig(BT=BT, BV=16), **SHAPE)
+    assert_close("delta lead vs tiled", aux_tiled.delta, aux.delta, TOL[dtype][1])
+    with pytest.raises(ValueError, match="lead"):
+        check(par, dtype, l2, h0, seed=T, config=GDNTreeConfig(BT=BT, lead=True, solve_order="left"), **SHAPE)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -367,10 +367,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32), dict(BVP=32), dict(BVP=64),
-    dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
-    dict(solve_order="left"), dict(split_prep=True), dict(solve_order="left", BVP=64),
-    dict(solve_order="left", split_prep=True, BVP=64),
+    {}, dict(lead=False), dict(lead=True), dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32),
+    dict(BVP=32), dict(BVP=64), dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
+    dict(solve_order="left", lead=False), dict(split_prep=True), dict(solve_order="left", BVP=64, lead=False),
+    dict(solve_order="left", split_prep=True, BVP=64, lead=False),
 ]  # fmt: skip
 
 
@@ -556,14 +556,15 @@ def markdown(env: dict, rows: list[dict], sweep_rows: list[dict]) -> str:
             "Config sweep (kernel only, structure prebuilt; 4 sets, 60 replays):",
             "",
             "| T | kind | BT | BV | warps | stages | precision | prep precision | prep warps | BVP | solve "
-            "| split prep | us | err | norm err, fp32 o |",
-            "|" + "---:|" * 15,
+            "| split prep | lead | us | err | norm err, fp32 o |",
+            "|" + "---:|" * 16,
         ]
         for r in sweep_rows:
             lines.append(
                 f"| {r['T']} | {r['kind']} | {r['BT']} | {r['BV']} | {r['num_warps']} | {r['num_stages']} | "
                 f"{r['precision']} | {r['inv_precision']} | {r['prep_warps']} | {r['BVP']} | "
-                f"{r.get('solve_order', 'right')} | {r.get('split_prep', False)} | {f(r.get('us'))} "
+                f"{r.get('solve_order', 'right')} | {r.get('split_prep', False)} | {r.get('lead', False)} | "
+                f"{f(r.get('us'))} "
                 f"| {f(r.get('err'), '{:.1e}')} | {f(r.get('norm_err_fp32_out'), '{:.1e}')} |"
             )
     return "\n".join(lines) + "\n"

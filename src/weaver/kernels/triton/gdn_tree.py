@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 from weaver.kernels.triton._utils import check_device, dot_lp, interpreting, mm, next_pow2, precision_code, split_bf16
+from weaver.kernels.triton.gdn_tree_solve import gdn_tree_solve_kernel, gdn_tree_solve_left_kernel
 from weaver.kernels.triton.structure import TreeStructure, as_structure
 from weaver.ops.gdn import GDNTreeAux, check_gdn_shapes
 
@@ -73,6 +74,10 @@ class GDNTreeConfig(NamedTuple):
     # tile and re-reads each Delta_j the program wrote (no spills at T=256, where "right" spills 464 B/thread
     # on sm_90). H200 v8: left 98.8 vs right 110.6 us at T=256 (tree), 27.7 vs 27.1 at T=128
     solve_order: str = "right"
+    # the root as a lead row outside the tiles (right-looking solve only): a tree of 2^k + 1 nodes (a budget of
+    # 2^k plus its root) then fills tiles of 2^k rows instead of padding to twice as many (H200, session 32:
+    # 24.6 us at T = 65 against 16.1 at T = 64 without it); the root's column is vector work
+    lead: bool = False
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
@@ -82,12 +87,16 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
     Beyond 128 nodes the solve is left-looking (98.8 vs 110.6 us at T=256; no register spills).
-    A caller that wants other tile rows passes its own GDNTreeConfig."""
+    bf16 trees of 2^k + 1 nodes up to 129 keep the root as a lead row and tile their 2^k other nodes (not yet
+    timed on the H200; ptxas, sm_90a, T = 65: prep stack 120 against 184 B, solve 109 against 177 registers; fp32
+    inputs spill more with it, so they keep the tiled root). A caller that wants other tiles passes its own config."""
     fp32 = dtype == torch.float32
-    BT = 16 if T <= 16 else 32 if (T <= 32 or fp32) else 64
+    lead = not fp32 and 3 <= T <= 129 and (T - 1) & (T - 2) == 0
+    rows = T - lead  # the nodes in tiles
+    BT = 16 if rows <= 16 else 32 if (rows <= 32 or fp32) else 64
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
                          BVP=min(128, next_pow2(V)) if BT == 64 else 32,
-                         solve_order="left" if T > 128 else "right")  # fmt: skip
+                         solve_order="left" if rows > 128 else "right", lead=lead)  # fmt: skip
 
 
 def tile_rows(T: int, BT: int) -> int:
@@ -95,9 +104,10 @@ def tile_rows(T: int, BT: int) -> int:
     return max(BT, triton.next_power_of_2(int(T)))
 
 
-def prep_items(T: int, BT: int, V: int, BVP: int) -> tuple[int, int, int]:
-    """(diagonal, pair, state) work items of the prep kernel per batch row x value head."""
-    ntp = tile_rows(T, BT) // BT
+def prep_items(T: int, BT: int, V: int, BVP: int, lead: int = 0) -> tuple[int, int, int]:
+    """(diagonal, pair, state) work items of the prep kernel per batch row x value head (`lead`: the root outside
+    the tiles)."""
+    ntp = tile_rows(T - lead, BT) // BT
     return ntp, ntp * (ntp - 1) // 2, ntp * triton.cdiv(V, BVP)
 
 
@@ -121,16 +131,25 @@ def _rnorm(x, L2NORM: tl.constexpr, BT: tl.constexpr):
 
 
 @triton.jit
-def _path_sums(p_anc, g_all, o_r, m_r, o_a, m_a, T):
-    """G of rows o_r: sum of g over each row's ancestors-or-self (masked row sums of the int8 mask)."""
-    b_m = tl.load(p_anc + o_r[:, None] * T + o_a[None, :], mask=m_r[:, None] & m_a[None, :], other=0)
-    return tl.sum(tl.where(b_m != 0, g_all[None, :], 0.0), 1)
+def _path_sums(p_anc, p_g, p_alog, p_dtb, sgt, o_r, m_r, T, TA: tl.constexpr, RAW: tl.constexpr):
+    """G of rows o_r: sum of g over each row's ancestors-or-self (masked row sums of the int8 mask), over columns
+    in chunks of at most 64 (at T = 65, TA = 128: one [BT, 128] mask and g row would spill)."""
+    TC: tl.constexpr = TA if TA < 64 else 64
+    b_G = tl.zeros(o_r.shape, dtype=tl.float32)
+    for a0 in tl.static_range(0, TA, TC):
+        o_a = a0 + tl.arange(0, TC)
+        m_a = o_a < T
+        b_g = _gate(tl.load(p_g + o_a * sgt, mask=m_a, other=0), p_alog, p_dtb, RAW)
+        b_m = tl.load(p_anc + o_r[:, None] * T + o_a[None, :], mask=m_r[:, None] & m_a[None, :], other=0)
+        b_G += tl.sum(tl.where(b_m != 0, b_g[None, :], 0.0), 1)
+    return b_G
 
 
 @triton.jit
-def _keys(p_k, p_anc, b_ga, o_r, m_r, o_a, m_a, o_k, m_k, T, sqt, BT: tl.constexpr, L2NORM: tl.constexpr):
+def _keys(p_k, p_anc, p_g, p_alog, p_dtb, sgt, o_r, m_r, o_k, m_k, T, sqt, BT: tl.constexpr, TA: tl.constexpr,
+          L2NORM: tl.constexpr, RAW: tl.constexpr):  # fmt: skip
     """Rows o_r (row n at n * sqt): G, k (input dtype) and k's inverse norm."""
-    b_G = _path_sums(p_anc, b_ga, o_r, m_r, o_a, m_a, T)
+    b_G = _path_sums(p_anc, p_g, p_alog, p_dtb, sgt, o_r, m_r, T, TA, RAW)
     b_k = tl.load(p_k + o_r[:, None] * sqt + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
     return b_G, b_k, _rnorm(b_k, L2NORM, BT)
 
@@ -150,13 +169,13 @@ def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, sqt, sbt, BT: tl.constexpr,
 
 
 @triton.jit
-def _log_decays(g, A_log, dt_bias, i_b, i_hv, o_a, m_a, sgb, sgt, RAW: tl.constexpr):
-    """g of nodes o_a (node n at n * sgt); RAW: from the projection's a, g = -exp(A_log) softplus(a + dt_bias)."""
-    b_g = tl.load(g + i_b * sgb + i_hv + o_a * sgt, mask=m_a, other=0).to(tl.float32)
+def _gate(b_g, p_alog, p_dtb, RAW: tl.constexpr):
+    """g from loaded values: RAW, the projection's a: g = -exp(A_log) softplus(a + dt_bias); else g itself."""
+    b_g = b_g.to(tl.float32)
     if RAW:
-        b_x = b_g + tl.load(dt_bias + i_hv).to(tl.float32)
+        b_x = b_g + tl.load(p_dtb).to(tl.float32)
         softplus = tl.where(b_x > 20.0, b_x, tl.log(1.0 + tl.exp(tl.minimum(b_x, 20.0))))
-        b_g = -tl.exp(tl.load(A_log + i_hv).to(tl.float32)) * softplus
+        b_g = -tl.exp(tl.load(p_alog).to(tl.float32)) * softplus
     return b_g
 
 
@@ -182,14 +201,90 @@ def _neumann_inverse(b_a, n_chain, BT: tl.constexpr, LOG2BT: tl.constexpr, PREC:
     return b_x
 
 
+@triton.jit
+def _root_row(p_k, p_q, p_g, p_alog, p_dtb, o_k, m_k, scale, L2NORM: tl.constexpr, RAW: tl.constexpr):
+    """The root (node 0) as vectors: k, q (input dtype), k's inverse norm, q's times scale, and G_0 = g_0 (the root
+    is its only ancestor-or-self)."""
+    b_k0 = tl.load(p_k + o_k, mask=m_k, other=0)
+    b_q0 = tl.load(p_q + o_k, mask=m_k, other=0)
+    b_G0 = _gate(tl.load(p_g), p_alog, p_dtb, RAW)
+    if L2NORM:
+        b_rk0 = 1.0 / tl.sqrt(tl.sum(b_k0.to(tl.float32) * b_k0.to(tl.float32), 0) + 1e-6)
+        b_rq0 = 1.0 / tl.sqrt(tl.sum(b_q0.to(tl.float32) * b_q0.to(tl.float32), 0) + 1e-6)
+    else:
+        b_rk0 = 1.0
+        b_rq0 = 1.0
+    return b_k0, b_q0, b_rk0, b_rq0 * scale, b_G0
+
+
+@triton.jit
+def _lead_column(p_k, p_q, p_anc, p_l, p_g, p_alog, p_dtb, b_Gi, b_ki, b_rki, b_qi, b_rqi, b_beta, o_i, m_i, r_i,
+                 o_k, m_k, scale, T, TP: tl.constexpr, L2NORM: tl.constexpr, RAW: tl.constexpr, LOWP: tl.constexpr,
+                 PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """Column 0 of A and P for tile i's rows: A_i0 = beta_i e^(G_i - G_0) k_i.k_0, P_i0 = scale e^(G_i - G_0)
+    q_i.k_0 where the root is an ancestor (every node but isolated pads). k_0 goes in as the first column of a
+    [K, 16] operand, so the products are the Grams' own (a small dot: no [BT, K] fp32 temporaries to spill)."""
+    b_k0, _, b_rk0, _, b_G0 = _root_row(p_k, p_q, p_g, p_alog, p_dtb, o_k, m_k, scale, L2NORM, RAW)
+    o_c = tl.arange(0, 16)
+    b_k0m = tl.where((o_c == 0)[None, :], b_k0[:, None], 0).to(b_k0.dtype)  # [K, 16]
+    b_ak = tl.sum(tl.where((o_c == 0)[None, :], _gram(b_ki, b_k0m, LOWP, PREC, INTERPRET), 0.0), 1)
+    b_pk = tl.sum(tl.where((o_c == 0)[None, :], _gram(b_qi, b_k0m, LOWP, PREC, INTERPRET), 0.0), 1)
+    b_m0 = tl.load(p_anc + o_i * T, mask=m_i, other=0) != 0
+    b_dec = tl.exp(tl.where(b_m0, b_Gi - b_G0, float("-inf"))) * b_rk0
+    tl.store(p_l + r_i, b_ak * b_rki * b_beta * b_dec)  # the lead buffer: A_i0 at tile row r, P_i0 at TP + r
+    tl.store(p_l + TP + r_i, b_pk * b_rqi * b_dec)
+
+
+@triton.jit
+def _lead_root(p_k, p_q, p_l, p_g, p_alog, p_dtb, aux_k, aux_G, o_k, m_k, i_b, i_h, i_hv, scale, T, H: tl.constexpr,
+               HV: tl.constexpr, K: tl.constexpr, R: tl.constexpr, TP: tl.constexpr, L2NORM: tl.constexpr,
+               RAW: tl.constexpr):  # fmt: skip
+    """The root's own factors: aux.G_0, aux.k_0 and P_00 = scale q_0.k_0 (X_00 = 1: the solve takes Delta_0 =
+    rhs_0)."""
+    b_k0, b_q0, b_rk0, b_rq0, b_G0 = _root_row(p_k, p_q, p_g, p_alog, p_dtb, o_k, m_k, scale, L2NORM, RAW)
+    tl.store(aux_G + i_b * T * HV + i_hv, b_G0)
+    if i_hv % R == 0:
+        tl.store(aux_k + i_b * T * H * K + i_h * K + o_k, b_k0.to(tl.float32) * b_rk0, mask=m_k)
+    tl.store(p_l + 2 * TP, tl.sum(b_q0.to(tl.float32) * b_k0.to(tl.float32), 0) * b_rq0 * b_rk0)
+
+
+@triton.jit
+def _lead_state(p_k, p_q, p_beta, p_g, p_alog, p_dtb, v, h0, rhs, qh, o_k, m_k, c, i_b, i_bh, i_hv, svb, scale,
+                K: tl.constexpr, V: tl.constexpr, BVP: tl.constexpr, TS: tl.constexpr, USE_H0: tl.constexpr,
+                L2NORM: tl.constexpr, RAW: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
+    """Value chunk c of the root's rhs_0 = beta_0 (v_0 - e^G_0 k_0 H0) and QH_0 = e^G_0 q_0 H0 (scaled,
+    normalised): one [16, K] x [K, BVP] product with k_0 and q_0 as its first two rows (H0 unsplit in fp32 at the
+    solve's precision; bf16 q/k are exact in fp32)."""
+    b_k0, b_q0, b_rk0, b_rq0, b_G0 = _root_row(p_k, p_q, p_g, p_alog, p_dtb, o_k, m_k, scale, L2NORM, RAW)
+    b_b0 = tl.load(p_beta)
+    if RAW:
+        b_beta0 = tl.sigmoid(b_b0.to(tl.float32)).to(b_b0.dtype).to(tl.float32)
+    else:
+        b_beta0 = b_b0.to(tl.float32)
+    o_v = c * BVP + tl.arange(0, BVP)
+    m_v = o_v < V
+    b_r = tl.load(v + i_b * svb + i_hv * V + o_v, mask=m_v, other=0).to(tl.float32)
+    o_x = i_bh.to(tl.int64) * TS * V + o_v  # node 0's row of [TS, V]
+    if USE_H0:
+        b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
+                      mask=m_k[:, None] & m_v[None, :], other=0).to(tl.float32)  # fmt: skip
+        o_s = tl.arange(0, 16)[:, None]
+        b_kq = tl.where(o_s == 0, b_k0.to(tl.float32)[None, :], tl.where(o_s == 1, b_q0.to(tl.float32)[None, :], 0.0))
+        b_prod = mm(b_kq, b_h, PREC, INTERPRET)  # row 0: k_0 H0, row 1: q_0 H0
+        b_eG = tl.exp(b_G0)
+        b_r -= b_eG * b_rk0 * tl.sum(tl.where(o_s == 0, b_prod, 0.0), 0)
+        tl.store(qh + o_x, b_eG * b_rq0 * tl.sum(tl.where(o_s == 1, b_prod, 0.0), 0), mask=m_v)
+    tl.store(rhs + o_x, b_beta0 * b_r, mask=m_v)
+
+
 @triton.jit(do_not_specialize=["T"])
 def gdn_tree_prep_kernel(
-    q, k, v, g, beta, A_log, dt_bias, h0, anc, depth, amat, pmat, rhs, qh, aux_k, aux_G, scale, T, W0, sqb, sqt,
+    q, k, v, g, beta, A_log, dt_bias, h0, anc, depth, amat, pmat, lead, rhs, qh, aux_k, aux_G, scale, T, W0, sqb, sqt,
     svb, svt, sgb, sgt, sbb, sbt,
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
-    RAW: tl.constexpr,
+    RAW: tl.constexpr, LEAD: tl.constexpr,
 ):  # fmt: skip
     """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = W0 + axis 1):
       w < NTP                 diagonal item of tile i = w (aux.G, aux.k, X_ii, P_ii);
@@ -200,7 +295,12 @@ def gdn_tree_prep_kernel(
     Items of tiles past T do nothing. Scalar int64 bases per (batch row, head), int32 offsets inside. q and k
     (one layout) and v may be row views of a wider tensor: batch row b, node n at b * s?b + n * s?t, each
     node's heads and features dense. g and beta: node n of batch row b at b * sgb + n * sgt (b * sbb + n * sbt);
-    RAW: they are the projection's a and b, and the gates are computed here (no gate kernel before the verify)."""
+    RAW: they are the projection's a and b, and the gates are computed here (no gate kernel before the verify).
+    LEAD: the root (node 0) is a lead row outside the tiles, which start at node 1: the diagonal items also write
+    the root's column of A and P (and tile 0's item the root's own G, k and P_00), tile 0's state items the root's
+    rhs and QH. A and P hold the tiles' rows and columns ([TP, TP]: node n at n - LEAD, aligned as without
+    LEAD); the root's column of A and P and its P_00 go to the lead buffer [2 TP + 1]; rhs and QH are indexed
+    by node id ([TS, V], TS = TP + LEAD)."""
     i_bh, w = tl.program_id(0), tl.program_id(1) + W0
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     R: tl.constexpr = HV // H
@@ -212,13 +312,15 @@ def gdn_tree_prep_kernel(
     p_k = k + i_b * sqb + i_h * K  # row n at n * sqt
     p_q = q + i_b * sqb + i_h * K
     p_beta = beta + i_b * sbb + i_hv  # node n at n * sbt
-    p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head)
+    TS: tl.constexpr = TP + LEAD
+    p_m = pmat + i_bh.to(tl.int64) * TP * TP  # [TP, TP] per (batch row, value head): tile rows and columns
     p_a = amat + i_bh.to(tl.int64) * TP * TP
+    p_l = lead + i_bh.to(tl.int64) * (2 * TP + 1)
     o_t = tl.arange(0, BT)
     o_k = tl.arange(0, BK)
     m_k = o_k < K
-    o_a = tl.arange(0, TA)
-    m_a = o_a < T
+    p_g = g + i_b * sgb + i_hv  # node n at n * sgt
+    p_alog, p_dtb = A_log + i_hv, dt_bias + i_hv  # read only with RAW
     # the item's kind (0 diagonal, 1 pair, 2 state) and the tile it works on (pair items: the row tile i)
     if ITEMS == 0:
         kind = tl.where(w < NTP, 0, tl.where(w < NTP + NPAIR, 1, 2))
@@ -233,11 +335,11 @@ def gdn_tree_prep_kernel(
                 i = w * 0 + ii
     else:
         i = (w - NTP - NPAIR) // NVC
-    if i * BT < T:
-        o_i = i * BT + o_t
+    if LEAD + i * BT < T:
+        r_i = i * BT + o_t  # tile rows of A and P
+        o_i = LEAD + r_i  # node ids
         m_i = o_i < T
-        b_ga = _log_decays(g, A_log, dt_bias, i_b, i_hv, o_a, m_a, sgb, sgt, RAW)
-        b_Gi, b_ki, b_rki = _keys(p_k, p_anc, b_ga, o_i, m_i, o_a, m_a, o_k, m_k, T, sqt, BT, L2NORM)
+        b_Gi, b_ki, b_rki = _keys(p_k, p_anc, p_g, p_alog, p_dtb, sgt, o_i, m_i, o_k, m_k, T, sqt, BT, TA, L2NORM, RAW)
         b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, sqt, sbt, BT, L2NORM, RAW)
         if kind == 0:
             tl.store(aux_G + i_b * T * HV + i_hv + o_i * HV, b_Gi, mask=m_i)
@@ -247,42 +349,54 @@ def gdn_tree_prep_kernel(
             b_dec, b_mii = _decay(p_anc, b_Gi, b_Gi, o_i, m_i, o_i, m_i, T)
             b_kit = tl.trans(b_ki)
             b_p = _gram(b_qi, b_kit, LOWP, PREC, INTERPRET) * b_rqi[:, None] * (b_rki[None, :] * b_dec)
-            tl.store(p_m + o_i[:, None] * TP + o_i[None, :], b_p)
+            tl.store(p_m + r_i[:, None] * TP + r_i[None, :], b_p)
             b_s = _gram(b_ki, b_kit, LOWP, PREC, INTERPRET) * (b_rki * b_beta)[:, None] * (b_rki[None, :] * b_dec)
             b_s = tl.where(o_t[:, None] > o_t[None, :], b_s, 0.0)  # A_ii: strict ancestors only
+            if LEAD:  # before the Neumann product: k_i and q_i die here, not across it
+                _lead_column(p_k, p_q, p_anc, p_l, p_g, p_alog, p_dtb, b_Gi, b_ki, b_rki, b_qi, b_rqi, b_beta,
+                             o_i, m_i, r_i, o_k, m_k, scale, T, TP, L2NORM, RAW, LOWP, PREC, INTERPRET)  # fmt: skip
+                if i == 0:
+                    _lead_root(p_k, p_q, p_l, p_g, p_alog, p_dtb, aux_k, aux_G, o_k, m_k, i_b, i_h, i_hv, scale, T,
+                               H, HV, K, R, TP, L2NORM, RAW)  # fmt: skip
             b_dep = tl.load(depth + i_b * T + o_i, mask=m_i, other=0)  # longest ancestor chain inside the tile
             b_top = tl.min(tl.where(b_mii, b_dep[None, :], 1 << 30), 1)  # bounds the nilpotency of A_ii
             n_chain = tl.max(tl.where(m_i, b_dep - b_top + 1, 1), 0)
             b_x = _neumann_inverse(b_s, n_chain, BT, LOG2BT, PREC, INTERPRET)
-            tl.store(p_a + o_i[:, None] * TP + o_i[None, :], b_x)
+            tl.store(p_a + r_i[:, None] * TP + r_i[None, :], b_x)
         elif kind == 1:
             j = w - NTP - i * (i - 1) // 2
-            o_j = j * BT + o_t
+            r_j = j * BT + o_t
+            o_j = LEAD + r_j
             m_j = o_j < T
-            b_Gj, b_kj, b_rkj = _keys(p_k, p_anc, b_ga, o_j, m_j, o_a, m_a, o_k, m_k, T, sqt, BT, L2NORM)
+            b_Gj, b_kj, b_rkj = _keys(p_k, p_anc, p_g, p_alog, p_dtb, sgt, o_j, m_j, o_k, m_k, T, sqt, BT, TA, L2NORM,
+                                      RAW)  # fmt: skip
             b_dec, _ = _decay(p_anc, b_Gi, b_Gj, o_i, m_i, o_j, m_j, T)
             b_col = b_rkj[None, :] * b_dec
             b_kjt = tl.trans(b_kj)
             b_aij = _gram(b_ki, b_kjt, LOWP, PREC, INTERPRET) * (b_rki * b_beta)[:, None] * b_col
-            tl.store(p_a + o_i[:, None] * TP + o_j[None, :], b_aij)
+            tl.store(p_a + r_i[:, None] * TP + r_j[None, :], b_aij)
             b_pij = _gram(b_qi, b_kjt, LOWP, PREC, INTERPRET) * b_rqi[:, None] * b_col
-            tl.store(p_m + o_i[:, None] * TP + o_j[None, :], b_pij)
+            tl.store(p_m + r_i[:, None] * TP + r_j[None, :], b_pij)
         else:
             c = (w - NTP - NPAIR) % NVC
             _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_i, o_k, m_k, c,
-                         i_b, i_bh, i_hv, svb, svt, K, V, BVP, TP, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
+                         i_b, i_bh, i_hv, svb, svt, K, V, BVP, TS, USE_H0, LOWP, PREC, INTERPRET)  # fmt: skip
+            if LEAD:
+                if i == 0:
+                    _lead_state(p_k, p_q, p_beta, p_g, p_alog, p_dtb, v, h0, rhs, qh, o_k, m_k, c, i_b, i_bh, i_hv,
+                                svb, scale, K, V, BVP, TS, USE_H0, L2NORM, RAW, PREC, INTERPRET)  # fmt: skip
 
 
 @triton.jit
 def _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_i, o_k, m_k, c, i_b, i_bh, i_hv,
-                 svb, svt, K: tl.constexpr, V: tl.constexpr, BVP: tl.constexpr, TP: tl.constexpr,
+                 svb, svt, K: tl.constexpr, V: tl.constexpr, BVP: tl.constexpr, TS: tl.constexpr,
                  USE_H0: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr):  # fmt: skip
     """Value chunk c of tile i: rhs = beta (v - e^G K_i H0) and QH = e^G Q_i H0 (scaled, normalised); v's node n
     of batch row b at b * svb + n * svt."""
     o_v = c * BVP + tl.arange(0, BVP)
     m_iv = m_i[:, None] & (o_v < V)[None, :]
     b_r = tl.load(v + i_b * svb + i_hv * V + o_i[:, None] * svt + o_v[None, :], mask=m_iv, other=0).to(tl.float32)
-    o_x = i_bh.to(tl.int64) * TP * V + o_i[:, None] * V + o_v[None, :]  # [TP, V] per (batch row, value head)
+    o_x = i_bh.to(tl.int64) * TS * V + o_i[:, None] * V + o_v[None, :]  # [TS, V] per (batch row, value head)
     if USE_H0:
         b_h = tl.load(h0 + i_bh.to(tl.int64) * K * V + o_k[:, None] * V + o_v[None, :],
                       mask=m_k[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)  # fmt: skip
@@ -297,133 +411,6 @@ def _state_chunk(v, h0, rhs, qh, b_ki, b_qi, b_rki, b_rqi, b_beta, b_Gi, o_i, m_
         b_r -= (b_eG * b_rki)[:, None] * b_kh
         tl.store(qh + o_x, (b_eG * b_rqi)[:, None] * b_qh, mask=m_iv)
     tl.store(rhs + o_x, b_beta[:, None] * b_r, mask=m_iv)
-
-
-@triton.jit
-def _tile_of(b_r, i, NT: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
-    """Rows i*BT .. i*BT+BT-1 of the register tensor b_r [NT*BT, BV]."""
-    if NT == 1:
-        return b_r
-    else:
-        b_r3 = tl.reshape(b_r, (NT, BT, BV))
-        sel = (tl.arange(0, NT) == i)[:, None, None]
-        return tl.sum(tl.where(sel, b_r3, 0.0), 0)
-
-
-@triton.jit
-def _set_tile(b_r, b_d, i, NT: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr):
-    """b_r [NT*BT, BV] with rows i*BT .. i*BT+BT-1 replaced by b_d [BT, BV]."""
-    if NT == 1:
-        return b_d
-    else:
-        b_r3 = tl.reshape(b_r, (NT, BT, BV))
-        sel = (tl.arange(0, NT) == i)[:, None, None]
-        return tl.reshape(tl.where(sel, b_d[None, :, :], b_r3), (NT * BT, BV))
-
-
-@triton.jit
-def _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
-                 TP: tl.constexpr):  # fmt: skip
-    """This solve program's (value block, batch row x value head) bases: A/X and P [TP, TP], rhs and QH
-    [TP, V] (scratch, per head), Delta and o (node n at n * HV * V)."""
-    i_v, i_bh = tl.program_id(0), tl.program_id(1)
-    i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
-    p_a = amat + i_bh.to(tl.int64) * TP * TP
-    p_m = pmat + i_bh.to(tl.int64) * TP * TP
-    p_r = rhs + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_qh = qh + i_bh.to(tl.int64) * TP * V + i_v * BV
-    p_d = aux_delta + i_b * T * HV * V + i_hv * V + i_v * BV
-    p_o = o + i_b * T * HV * V + i_hv * V + i_v * BV
-    return p_a, p_m, p_r, p_qh, p_d, p_o
-
-
-@triton.jit(do_not_specialize=["T"])
-def gdn_tree_solve_kernel(
-    amat, pmat, rhs, qh, o, aux_delta, T,
-    HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
-    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
-):  # fmt: skip
-    """Right-looking block forward substitution for one (value block, batch row x value head)."""
-    i_v = tl.program_id(0)
-    NT: tl.constexpr = TP // BT
-    p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
-    o_r = tl.arange(0, TP)
-    m_r = o_r < T
-    o_t = tl.arange(0, BT)
-    o_c = tl.arange(0, BV)
-    m_c = i_v * BV + o_c < V
-    b_r = tl.load(p_r + o_r[:, None] * V + o_c[None, :], mask=m_r[:, None] & m_c[None, :], other=0)
-    for i in tl.static_range(NT):
-        if i * BT < T:
-            o_i = i * BT + o_t
-            m_i = o_i < T
-            b_x = tl.load(p_a + o_i[:, None] * TP + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0)
-            b_d = mm(b_x, _tile_of(b_r, i, NT, BT, BV), PREC, INTERPRET)  # Delta_i = X_ii residual_i
-            tl.store(p_d + o_i[:, None] * (HV * V) + o_c[None, :], b_d, mask=m_i[:, None] & m_c[None, :])
-            if i < NT - 1:  # rows below tile i: residual -= A[:, i] Delta_i
-                m_b = m_r & (o_r >= (i + 1) * BT)
-                b_ac = tl.load(p_a + o_r[:, None] * TP + o_i[None, :], mask=m_b[:, None], other=0)
-                b_r = b_r - mm(b_ac, b_d, PREC, INTERPRET)
-            b_r = _set_tile(b_r, b_d, i, NT, BT, BV)
-    # b_r is Delta now: O = QH + P Delta, one row tile at a time (P is zero right of the tile's diagonal block)
-    for i in tl.static_range(NT):
-        if i * BT < T:
-            o_i = i * BT + o_t
-            m_i = o_i < T
-            b_p = tl.load(p_m + o_i[:, None] * TP + o_r[None, :], mask=m_i[:, None] & (o_r < (i + 1) * BT)[None, :],
-                          other=0)  # fmt: skip
-            b_o = mm(b_p, b_r, PREC, INTERPRET)
-            m_ic = m_i[:, None] & m_c[None, :]
-            if USE_H0:
-                b_o += tl.load(p_qh + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
-            tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
-
-
-@triton.jit(do_not_specialize=["T"])
-def gdn_tree_solve_left_kernel(
-    amat, pmat, rhs, qh, o, aux_delta, T,
-    HV: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BV: tl.constexpr, TP: tl.constexpr,
-    USE_H0: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr,
-):  # fmt: skip
-    """Left-looking block forward substitution for one (value block, batch row x value head): tile i's
-    residual rhs_i - sum_{j<i} A_ij Delta_j from the Delta_j this program stored (a barrier makes them
-    visible to all its threads), Delta_i = X_ii residual_i; then O_i = QH_i + sum_{j<=i} P_ij Delta_j.
-    Registers hold one row tile at a time, whatever T."""
-    i_v = tl.program_id(0)
-    NT: tl.constexpr = TP // BT
-    p_a, p_m, p_r, p_qh, p_d, p_o = _solve_bases(amat, pmat, rhs, qh, o, aux_delta, T, HV, V, BV, TP)
-    o_t = tl.arange(0, BT)
-    o_c = tl.arange(0, BV)
-    m_c = i_v * BV + o_c < V
-    for i in tl.static_range(NT):
-        if i * BT < T:
-            o_i = i * BT + o_t
-            m_i = o_i < T
-            m_ic = m_i[:, None] & m_c[None, :]
-            b_r = tl.load(p_r + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
-            for j in tl.static_range(i):  # tiles above i lie wholly inside T
-                o_j = j * BT + o_t
-                b_a = tl.load(p_a + o_i[:, None] * TP + o_j[None, :], mask=m_i[:, None], other=0)
-                b_dj = tl.load(p_d + o_j[:, None] * (HV * V) + o_c[None, :], mask=m_c[None, :], other=0)
-                b_r -= mm(b_a, b_dj, PREC, INTERPRET)
-            b_x = tl.load(p_a + o_i[:, None] * TP + o_i[None, :], mask=m_i[:, None] & m_i[None, :], other=0)
-            tl.store(p_d + o_i[:, None] * (HV * V) + o_c[None, :], mm(b_x, b_r, PREC, INTERPRET), mask=m_ic)
-            tl.debug_barrier()  # Delta_i written by every thread before any reads it back
-    for i in tl.static_range(NT):
-        if i * BT < T:
-            o_i = i * BT + o_t
-            m_i = o_i < T
-            m_ic = m_i[:, None] & m_c[None, :]
-            b_o = tl.zeros([BT, BV], dtype=tl.float32)
-            for j in tl.static_range(i + 1):
-                o_j = j * BT + o_t
-                m_j = o_j < T
-                b_p = tl.load(p_m + o_i[:, None] * TP + o_j[None, :], mask=m_i[:, None] & m_j[None, :], other=0)
-                b_dj = tl.load(p_d + o_j[:, None] * (HV * V) + o_c[None, :], mask=m_j[:, None] & m_c[None, :], other=0)
-                b_o += mm(b_p, b_dj, PREC, INTERPRET)
-            if USE_H0:
-                b_o += tl.load(p_qh + o_i[:, None] * V + o_c[None, :], mask=m_ic, other=0)
-            tl.store(p_o + o_i[:, None] * (HV * V) + o_c[None, :], b_o.to(o.dtype.element_ty), mask=m_ic)
 
 
 def gdn_tree_fwd(
@@ -452,8 +439,12 @@ def gdn_tree_fwd(
         raise ValueError(f"config needs BT in (16, 32, 64) and BV, BVP powers of two >= 16, got {config}")
     if config.solve_order not in ("right", "left"):
         raise ValueError(f"solve_order must be 'right' or 'left', got {config.solve_order!r}")
+    if config.lead and config.solve_order != "right":
+        raise ValueError("config.lead needs the right-looking solve (solve_order='right')")
+    lead = int(config.lead and T > 1)
     dev = q.device
-    TP = tile_rows(T, BT)
+    TP = tile_rows(T - lead, BT)  # rows of the tiles (A, P); rhs and QH are indexed by node id, TS = TP + lead
+    TS = TP + lead
     o = torch.empty(B, T, HV, V, dtype=out_dtype, device=dev)
     aux = aux_out if aux_out is not None else GDNTreeAux(
         k=torch.empty(B, T, H, K, dtype=torch.float32, device=dev),
@@ -462,35 +453,38 @@ def gdn_tree_fwd(
     )
     amat = torch.empty(B, HV, TP, TP, dtype=torch.float32, device=dev)  # X_ii on the diagonal, A_ij below
     pmat = torch.empty(B, HV, TP, TP, dtype=torch.float32, device=dev)  # P_ij, j <= i
-    rhs = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev)
+    # the root's column of A and of P and its P_00 (lead only)
+    lead_buf = torch.empty(B, HV, 2 * TP + 1, dtype=torch.float32, device=dev) if lead else amat
+    rhs = torch.empty(B, HV, TS, V, dtype=torch.float32, device=dev)
     use_h0 = initial_state is not None
-    qh = torch.empty(B, HV, TP, V, dtype=torch.float32, device=dev) if use_h0 else rhs
+    qh = torch.empty(B, HV, TS, V, dtype=torch.float32, device=dev) if use_h0 else rhs
     lowp = q.dtype == torch.bfloat16 and k.dtype == torch.bfloat16
     prec = precision_code(config.precision, q.dtype)
     prep_prec = prec if config.inv_precision == "auto" else precision_code(config.inv_precision, q.dtype)
     interp = interpreting()
     h0 = initial_state if use_h0 else aux.G  # dummy pointer when absent
     A_log, dt_bias = gates if gates is not None else (g, g)  # dummy pointers without raw gates
-    items = prep_items(T, BT, V, config.BVP)
+    items = prep_items(T, BT, V, config.BVP, lead)
     launches = [(0, 0, sum(items))]  # (ITEMS, first item, items)
     if config.split_prep:
         launches = [(kind + 1, sum(items[:kind]), n) for kind, n in enumerate(items) if n]
     for kind, first, count in launches:
         gdn_tree_prep_kernel[(B * HV, count)](
-            q, k, v, g, beta, A_log, dt_bias, h0, tree.anc, tree.depth, amat, pmat, rhs, qh, aux.k, aux.G,
+            q, k, v, g, beta, A_log, dt_bias, h0, tree.anc, tree.depth, amat, pmat, lead_buf, rhs, qh, aux.k, aux.G,
             float(scale), T, first, q.stride(0), q.stride(1), v.stride(0), v.stride(1), g.stride(0), g.stride(1),
             beta.stride(0), beta.stride(1),
             H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
-            INTERPRET=interp, ITEMS=kind, RAW=gates is not None, num_warps=config.prep_warps,
+            INTERPRET=interp, ITEMS=kind, RAW=gates is not None, LEAD=lead, num_warps=config.prep_warps,
             num_stages=config.prep_stages,
         )  # fmt: skip
     if not run_solve:
         return o, aux
     solve = gdn_tree_solve_kernel if config.solve_order == "right" else gdn_tree_solve_left_kernel
+    extra = dict(LEAD=lead) if config.solve_order == "right" else {}
     solve[(triton.cdiv(V, BV), B * HV)](
-        amat, pmat, rhs, qh, o, aux.delta, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec,
-        INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages,
+        amat, pmat, lead_buf, rhs, qh, o, aux.delta, T, HV=HV, V=V, BT=BT, BV=BV, TP=TP, USE_H0=use_h0, PREC=prec,
+        INTERPRET=interp, num_warps=config.num_warps, num_stages=config.num_stages, **extra,
     )  # fmt: skip
     return o, aux
 
