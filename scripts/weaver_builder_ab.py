@@ -17,7 +17,9 @@ confirm on the evaluation prompts).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import statistics
 import time
 
 from weaver_temperature_ab import held_in_prompts
@@ -37,22 +39,55 @@ def parse_variant(text: str) -> tuple[dict[str, int], float]:
     return {k: int(v) for k, v in items.items()}, scale
 
 
+def summarise(runs: list[str], baselines: list[str]) -> None:
+    """Mean tau per workload of each variant in `runs` (this script's JSON), beside the same prompts' chain, ddtree
+    and weaver records in `baselines` (`weaver bench acceptance` report.json files, default builder options)."""
+    base: dict[str, dict[str, float]] = {}
+    for path in baselines:
+        for rec in json.load(open(path))["records"]:
+            for x in rec["runs"]:
+                if x["greedy"] and not x.get("w"):
+                    base.setdefault(rec["id"], {})[x["method"]] = x["tau"]
+    per: dict[tuple[str, str], dict] = {}  # a prompt measured twice (a rerun) counts once, the later run
+    for path in runs:
+        for rec in json.load(open(path))["records"]:
+            for variant, run in rec["runs"].items():
+                b = base[rec["id"]]
+                per.setdefault((variant, rec["workload"]), {})[rec["id"]] = (
+                    run["tau"], b["weaver"], b["ddtree"], b["chain"], run["equal"])
+    per = {key: list(by_id.values()) for key, by_id in per.items()}
+    print("| variant | workload | prompts | tau | baseline weaver | ddtree | chain | equal to ar |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (variant, workload), xs in sorted(per.items()):
+        means = [statistics.mean(x[i] for x in xs) for i in range(4)]
+        print(f"| {variant} | {workload} | {len(xs)} | " + " | ".join(f"{m:.3f}" for m in means)
+              + f" | {sum(x[4] for x in xs)}/{len(xs)} |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--summarise", nargs="+", metavar="JSON", help="print the table of earlier runs and exit")
+    parser.add_argument("--baseline", nargs="*", default=[], help="report.json globs of the default builder's runs")
     parser.add_argument("--eval", type=int, default=32, help="the first N prompts of each evaluation workload")
+    parser.add_argument("--from", dest="start", type=int, default=0, help="... from prompt index S on (S < N)")
     parser.add_argument("--variants", nargs="+", default=["default"])
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     parser.add_argument("--held-in", type=int, default=0, help="the first N training prompts of each source instead")
     parser.add_argument("--budget", type=int, default=64)
     parser.add_argument("--new-tokens", type=int, default=128)
     parser.add_argument("--shard", default="0/1", help="i/n: this process takes prompts i, i+n, ...")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out")
     args = parser.parse_args()
+    if args.summarise:
+        summarise(args.summarise, [p for g in args.baseline for p in sorted(glob.glob(g))])
+        return 0
+    if not args.out:
+        parser.error("--out is required to decode")
     i, n = (int(x) for x in args.shard.split("/"))
     if args.held_in:
         prompts = held_in_prompts(args.held_in, seed=0)[i::n]
     else:
-        prompts = [(w, p.id, p.text) for w in args.workloads for p in eval_prompts(w)[: args.eval]][i::n]
+        prompts = [(w, p.id, p.text) for w in args.workloads for p in eval_prompts(w)[args.start : args.eval]][i::n]
     llm = weaver.LLM("smollm2", device="cpu", dtype="fp32")
     llm.engine._bind_draft_models()
     bound_r = llm.adapter.residual_lm_head.clone()

@@ -56,7 +56,15 @@ from weaver.speculative.builders.frontier import Frontier, expand_root, grow_ker
 from weaver.speculative.tree import DraftTree
 from weaver.speculative.weaver import WeaverAdapter, WeaverRound
 
-__all__ = ["WeaverPlan", "build_weaver", "build_weaver_reference", "plan_weaver", "weaver_search_rounds"]
+# children pushed per expanded node. The paper's code pushes 8; 16 lets a flat conditional (chat, near the root)
+# give a node as many children as the best-first search wants, as ddtree's unbounded siblings do: CPU, the shipped
+# weights, the first 32 prompts of each evaluation workload, budget 64: macro tau 4.92 -> 4.99 (32: also 4.99;
+# benchmarks/results/acceptance/cpu_session33_children/)
+DEFAULT_CHILDREN = 16
+
+__all__ = [
+    "DEFAULT_CHILDREN", "WeaverPlan", "build_weaver", "build_weaver_reference", "plan_weaver", "weaver_search_rounds",
+]  # fmt: skip
 
 # A frontier entry of the reference: (-score, tie-break counter, parent node, token, log p under the parent,
 # depth, candidate-table row)
@@ -131,7 +139,7 @@ def build_weaver(
     draft_hidden: torch.Tensor | None = None,  # [B, D, Ht] drafter hidden h_1..h_D
     options: RuntimeOptions = DEFAULT_OPTIONS,
     w: int | None = None,
-    c: int = 8,
+    c: int = DEFAULT_CHILDREN,
     pool_size: int | None = None,
     **context: object,  # the other builders' options (unused)
 ) -> DraftTree:
@@ -224,7 +232,7 @@ def build_weaver_reference(
     target_hidden: torch.Tensor | None = None,  # [B, Ht]
     draft_hidden: torch.Tensor | None = None,  # [B, D, Ht]
     w: int | None = None,
-    c: int = 8,
+    c: int = DEFAULT_CHILDREN,
     pool_size: int | None = None,
 ) -> DraftTree:
     """The weaver tree by best-first pops from host heaps (module docstring): the readable reference of
