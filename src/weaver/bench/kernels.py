@@ -367,10 +367,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 SWEEP = [  # changes to the default config, one at a time (the first is the default itself)
-    {}, dict(lead=False), dict(lead=True), dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32),
-    dict(BVP=32), dict(BVP=64), dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
+    {}, dict(precision="tf32"), dict(inv_precision="tf32"), dict(BT=32), dict(BVP=32), dict(BVP=64),
+    dict(prep_warps=8), dict(BV=16), dict(BV=64), dict(num_warps=8), dict(num_stages=2),
     dict(solve_order="left", lead=False), dict(split_prep=True), dict(solve_order="left", BVP=64, lead=False),
-    dict(solve_order="left", split_prep=True, BVP=64, lead=False),
+    dict(solve_order="left", split_prep=True, BVP=64, lead=False), dict(lead=False), dict(lead=True),  # 15, 16
 ]  # fmt: skip
 
 
