@@ -7,11 +7,12 @@ checks every output against ar (a builder option changes which tree is built, ne
 
     python3 scripts/weaver_builder_ab.py --eval 32 --variants w=1 c=16 --shard 0/2 --out /tmp/ab/s0.json
 
-A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. `r=0.8` is not a
-builder option: it scales the adapter's learned correction of the drafter's logits (pool logit = prior + r * R[c] .
-y; r = 0 ranks by the drafter's marginals alone, as ddtree does), by scaling R once bound (an experiment, not a
-switch). `--held-in N` decodes the first N single-turn training prompts of each source instead (choose there,
-confirm on the evaluation prompts).
+A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. Two keys are not
+builder options but experiments on the bound adapter (never runtime switches): `r=0.8` scales its learned correction
+of the drafter's logits (pool logit = prior + r * R[c] . y; r = 0 ranks by the drafter's marginals alone, as ddtree
+does), `t=0.7` divides the whole pool logit by a temperature (session 32's experiment: sharpening the tree's
+cross-depth comparisons). `--held-in N` decodes the first N single-turn training prompts of each source instead
+(choose there, confirm on the evaluation prompts).
 """
 
 from __future__ import annotations
@@ -22,21 +23,43 @@ import json
 import statistics
 import time
 
-from weaver_temperature_ab import held_in_prompts
-
 import weaver
-from weaver.train.data import eval_prompts
+from weaver.speculative.weaver import WeaverAdapter
+from weaver.train.data import build_training_prompts, eval_prompts
 
 WORKLOADS = ("mt-bench", "humaneval", "gsm_symbolic")
+SOURCES = {"sharegpt": "chat", "stdlib_code": "code", "gsm_symbolic": "math"}  # held-in stand-ins for the workloads
 
 
-def parse_variant(text: str) -> tuple[dict[str, int], float]:
-    """`w=1,c=16,r=0.8` -> ({"w": 1, "c": 16}, 0.8); `default` -> ({}, 1.0)."""
+def held_in_prompts(per_source: int, seed: int) -> list[tuple[str, str, str]]:
+    """(workload, id, text) of the first `per_source` single-turn training prompts of each source."""
+    prompts = build_training_prompts(seed=seed, max_prompts=40 * per_source, mix={s: 1.0 for s in SOURCES})
+    out, count = [], dict.fromkeys(SOURCES, 0)
+    for p in prompts:
+        if count[p.source] < per_source and len(p.messages) == 1:
+            out.append((SOURCES[p.source], p.id, p.messages[-1]["content"]))
+            count[p.source] += 1
+    return out
+
+
+def patch_pool_prior() -> None:
+    """begin_round divides the pools' prior by the adapter's `_score_temperature` (the `t=` experiment)."""
+    original = WeaverAdapter.begin_round
+
+    def begin_round(self, target_hidden, draft_hidden, pool_ids, pool_prior, *args, **kwargs):
+        tau = getattr(self, "_score_temperature", 1.0)
+        return original(self, target_hidden, draft_hidden, pool_ids, pool_prior / tau, *args, **kwargs)
+
+    WeaverAdapter.begin_round = begin_round
+
+
+def parse_variant(text: str) -> tuple[dict[str, int], float, float]:
+    """`w=1,c=16,r=0.8,t=0.7` -> ({"w": 1, "c": 16}, 0.8, 0.7); `default` -> ({}, 1.0, 1.0)."""
     if text == "default":
-        return {}, 1.0
+        return {}, 1.0, 1.0
     items = dict(kv.split("=") for kv in text.split(","))
-    scale = float(items.pop("r", 1.0))
-    return {k: int(v) for k, v in items.items()}, scale
+    scale, temperature = float(items.pop("r", 1.0)), float(items.pop("t", 1.0))
+    return {k: int(v) for k, v in items.items()}, scale, temperature
 
 
 def summarise(runs: list[str], baselines: list[str]) -> None:
@@ -91,6 +114,7 @@ def main() -> int:
     llm = weaver.LLM("smollm2", device="cpu", dtype="fp32")
     llm.engine._bind_draft_models()
     bound_r = llm.adapter.residual_lm_head.clone()
+    patch_pool_prior()
     records = []
     for workload, pid, text in prompts:
         start = time.time()
@@ -98,8 +122,9 @@ def main() -> int:
         ar = llm.generate(text, method="ar", **gen)
         rec = {"workload": workload, "id": pid, "runs": {}}
         for variant in args.variants:
-            options, scale = parse_variant(variant)
-            llm.adapter.residual_lm_head = bound_r * scale
+            options, scale, temperature = parse_variant(variant)
+            llm.adapter.residual_lm_head = bound_r * (scale / temperature)
+            llm.adapter._score_temperature = temperature
             out = llm.generate(text, method="weaver", budget=args.budget, builder_options=options or None, **gen)
             rec["runs"][variant] = {"tau": out.stats.tau, "equal": out.token_ids == ar.token_ids,
                                     "per_depth": list(out.stats.accepted_per_depth)}  # fmt: skip
