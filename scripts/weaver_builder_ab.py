@@ -62,9 +62,11 @@ def parse_variant(text: str) -> tuple[dict[str, int], float, float]:
     return {k: int(v) for k, v in items.items()}, scale, temperature
 
 
-def summarise(runs: list[str], baselines: list[str]) -> None:
+def summarise(runs: list[str], baselines: list[str], aliases: dict[str, str] | None = None) -> None:
     """Mean tau per workload of each variant in `runs` (this script's JSON), beside the same prompts' chain, ddtree
-    and weaver records in `baselines` (`weaver bench acceptance` report.json files, default builder options)."""
+    and weaver records in `baselines` (`weaver bench acceptance` report.json files, default builder options), and
+    the macro mean over the workloads; `aliases` renames variants that are one configuration (c=16 -> default once
+    16 is the default)."""
     base: dict[str, dict[str, float]] = {}
     for path in baselines:
         for rec in json.load(open(path))["records"]:
@@ -75,6 +77,7 @@ def summarise(runs: list[str], baselines: list[str]) -> None:
     for path in runs:
         for rec in json.load(open(path))["records"]:
             for variant, run in rec["runs"].items():
+                variant = (aliases or {}).get(variant, variant)
                 b = base[rec["id"]]
                 per.setdefault((variant, rec["workload"]), {})[rec["id"]] = (
                     run["tau"], b["weaver"], b["ddtree"], b["chain"], run["equal"])
@@ -85,12 +88,20 @@ def summarise(runs: list[str], baselines: list[str]) -> None:
         means = [statistics.mean(x[i] for x in xs) for i in range(4)]
         print(f"| {variant} | {workload} | {len(xs)} | " + " | ".join(f"{m:.3f}" for m in means)
               + f" | {sum(x[4] for x in xs)}/{len(xs)} |")
+    for variant in sorted({v for v, _ in per}):
+        rows = [xs for (v, _), xs in per.items() if v == variant]
+        if len(rows) < len(WORKLOADS):
+            continue
+        macro = [statistics.mean(statistics.mean(x[i] for x in xs) for xs in rows) for i in range(4)]
+        print(f"| {variant} | macro | {sum(map(len, rows))} | " + " | ".join(f"{m:.3f}" for m in macro)
+              + f" | weaver / ddtree {macro[0] / macro[2]:.3f} (baseline {macro[1] / macro[2]:.3f}) |")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--summarise", nargs="+", metavar="JSON", help="print the table of earlier runs and exit")
     parser.add_argument("--baseline", nargs="*", default=[], help="report.json globs of the default builder's runs")
+    parser.add_argument("--alias", nargs="*", default=[], metavar="OLD=NEW", help="count variant OLD as NEW")
     parser.add_argument("--eval", type=int, default=32, help="the first N prompts of each evaluation workload")
     parser.add_argument("--from", dest="start", type=int, default=0, help="... from prompt index S on (S < N)")
     parser.add_argument("--variants", nargs="+", default=["default"])
@@ -102,7 +113,8 @@ def main() -> int:
     parser.add_argument("--out")
     args = parser.parse_args()
     if args.summarise:
-        summarise(args.summarise, [p for g in args.baseline for p in sorted(glob.glob(g))])
+        summarise(args.summarise, [p for g in args.baseline for p in sorted(glob.glob(g))],
+                  dict(a.rsplit("=", 1) for a in args.alias))
         return 0
     if not args.out:
         parser.error("--out is required to decode")
