@@ -160,12 +160,17 @@ def _queries(p_q, p_beta, o_r, m_r, o_k, m_k, scale, sqt, sbt, BT: tl.constexpr,
     """Rows o_r (row n at n * sqt): q, q's inverse norm times scale, and beta (node n at n * sbt; RAW: the
     projection's b, beta = sigmoid(b) rounded to b's dtype as torch computes it)."""
     b_q = tl.load(p_q + o_r[:, None] * sqt + o_k[None, :], mask=m_r[:, None] & m_k[None, :], other=0)
-    b_b = tl.load(p_beta + o_r * sbt, mask=m_r, other=0)
-    if RAW:
-        b_beta = tl.sigmoid(b_b.to(tl.float32)).to(b_b.dtype).to(tl.float32)
-    else:
-        b_beta = b_b.to(tl.float32)
+    b_beta = _beta(tl.load(p_beta + o_r * sbt, mask=m_r, other=0), RAW)
     return b_q, _rnorm(b_q, L2NORM, BT) * scale, b_beta
+
+
+@triton.jit
+def _beta(b_b, RAW: tl.constexpr):
+    """beta in fp32 from loaded values: RAW, the projection's b: sigmoid(b) rounded to b's dtype (as torch)."""
+    if RAW:
+        return tl.sigmoid(b_b.to(tl.float32)).to(b_b.dtype).to(tl.float32)
+    else:
+        return b_b.to(tl.float32)
 
 
 @triton.jit
@@ -256,11 +261,7 @@ def _lead_state(p_k, p_q, p_beta, p_g, p_alog, p_dtb, v, h0, rhs, qh, o_k, m_k, 
     normalised): one [16, K] x [K, BVP] product with k_0 and q_0 as its first two rows (H0 unsplit in fp32 at the
     solve's precision; bf16 q/k are exact in fp32)."""
     b_k0, b_q0, b_rk0, b_rq0, b_G0 = _root_row(p_k, p_q, p_g, p_alog, p_dtb, o_k, m_k, scale, L2NORM, RAW)
-    b_b0 = tl.load(p_beta)
-    if RAW:
-        b_beta0 = tl.sigmoid(b_b0.to(tl.float32)).to(b_b0.dtype).to(tl.float32)
-    else:
-        b_beta0 = b_b0.to(tl.float32)
+    b_beta0 = _beta(tl.load(p_beta), RAW)
     o_v = c * BVP + tl.arange(0, BVP)
     m_v = o_v < V
     b_r = tl.load(v + i_b * svb + i_hv * V + o_v, mask=m_v, other=0).to(tl.float32)
