@@ -13,7 +13,7 @@ from weaver.errors import DataError, UnknownWorkloadError, WeaverError
 from weaver.train import data, sources
 from weaver.train.data import EvalPrompt, TrainPrompt
 
-TRAIN_SIZE = 3000  # large enough that every source contributes (the smallest share is math's 8%: 240 prompts)
+TRAIN_SIZE = 3000  # large enough that every source contributes (the smallest share is math's 7%: 210 prompts)
 
 
 def _norm(text: str) -> str:
@@ -241,6 +241,30 @@ def test_code_tasks_from_a_synthetic_module():
                           "hand back its body as bytes."),
     ]
     assert sources.code_tasks_from_source("def broken(:\n", "x") == []
+
+
+def test_function_stubs_from_a_synthetic_module():
+    stubs = {t.id: t.prompt for t in sources.function_stubs_from_source(SYNTHETIC_MODULE, "pkg.mod")}
+    # whole docstrings >= 40 characters, methods too (without self); private, undocumented and short ones skipped
+    assert sorted(stubs) == ["pkg.mod.add:4", "pkg.mod.fetch:20", "pkg.mod.method:25"]
+    assert stubs["pkg.mod.add:4"] == (
+        'def add(a: int, b: int=1) -> int:\n    """Return the sum of a and b.\n\n'
+        '    More detail that is not part of the task.\n    """\n')
+    assert stubs["pkg.mod.fetch:20"].startswith("async def fetch(url, *, timeout=None):\n")
+    assert stubs["pkg.mod.method:25"].startswith('def method():\n    """A method is not')
+    for stub in stubs.values():  # each stub is valid Python once a body follows
+        compile(stub + "    pass\n", "<stub>", "exec")
+
+
+def test_stub_prompts_wrap_a_stub_in_an_instruction():
+    prompts = data.build_training_prompts(seed=0, max_prompts=30, mix={"stdlib_stub": 1.0})
+    assert len(prompts) == 30 and {p.source for p in prompts} == {"stdlib_stub"}
+    for p in prompts:
+        text = p.messages[0]["content"]
+        instruction, code = text.split("\n\n", 1)
+        assert instruction in data.STUB_INSTRUCTIONS and code.startswith("```python\n") and code.endswith("```")
+        assert not text.startswith(data.HUMANEVAL_INSTRUCTION)
+    assert len({p.messages[0]["content"].split("\n\n", 1)[0] for p in prompts}) > 1
 
 
 def test_stdlib_scan_skips_tests_and_site_packages(tmp_path):

@@ -39,9 +39,16 @@ EVAL_SHAREGPT_SIZE = 200
 EVAL_SHAREGPT_CHARS = (10, 2000)
 HUMANEVAL_INSTRUCTION = "Complete the following Python function. Reply with the full function in a ```python block."
 
-TRAIN_SOURCES = ("sharegpt", "sharegpt_multi", "gsm_symbolic", "math", "codeio", "stdlib_code")
-DEFAULT_MIX = {"sharegpt": 0.30, "sharegpt_multi": 0.25, "gsm_symbolic": 0.15, "math": 0.08, "codeio": 0.10,
-               "stdlib_code": 0.12}
+TRAIN_SOURCES = ("sharegpt", "sharegpt_multi", "gsm_symbolic", "math", "codeio", "stdlib_code", "stdlib_stub")
+DEFAULT_MIX = {"sharegpt": 0.27, "sharegpt_multi": 0.22, "gsm_symbolic": 0.14, "math": 0.07, "codeio": 0.09,
+               "stdlib_code": 0.11, "stdlib_stub": 0.10}
+# Complete-this-function prompts around a stdlib stub; worded unlike HUMANEVAL_INSTRUCTION (no evaluation text is
+# trained on), each prompt takes one at random so that no single wording is learnt.
+STUB_INSTRUCTIONS = (
+    "Implement the Python function below. Answer with the complete function in a ```python block.",
+    "Finish this Python function and give the whole function back in a ```python block.",
+    "Write the body of the following function. Reply with the full function inside a ```python block.",
+)
 MATH_GENERATORS = ("basic_arithmetic", "simple_equations", "complex_arithmetic")
 GSM_POOL = 10_000  # training gsm_symbolic items per seed (generated on demand, so a small build costs little)
 MATH_POOL = 2_000  # per generator of MATH_GENERATORS
@@ -315,10 +322,22 @@ def _stdlib_code(seed: int, held_out: frozenset[str], progress: bool) -> Iterato
         yield TrainPrompt(f"stdlib-{task.id}", "stdlib_code", [_user(task.prompt)])
 
 
+def _stdlib_stub(seed: int, held_out: frozenset[str], progress: bool) -> Iterator[TrainPrompt]:
+    """Complete-this-function tasks from stdlib stubs (signature and docstring), in a seeded order: the
+    reply copies the stub, then writes the body, as chat models answer code-completion requests."""
+    stubs = sources.stdlib_function_stubs(progress)
+    rng = _rng(seed, "stdlib_stub")
+    rng.shuffle(stubs)
+    for stub in stubs:
+        text = f"{rng.choice(STUB_INSTRUCTIONS)}\n\n```python\n{stub.prompt}```"
+        yield TrainPrompt(f"stub-{stub.id}", "stdlib_stub", [_user(text)])
+
+
 # One stream per training source; a test swaps one out to inject evaluation prompts and watch them being removed.
 SOURCE_STREAMS: dict[str, SourceStream] = {
     "sharegpt": _sharegpt_first_turns, "sharegpt_multi": _sharegpt_multi_turn, "gsm_symbolic": _gsm_symbolic,
     "math": _math, "codeio": _codeio, "stdlib_code": _stdlib_code,
+    "stdlib_stub": _stdlib_stub,
 }
 
 

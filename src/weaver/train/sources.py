@@ -31,6 +31,7 @@ MTBENCH_QUESTIONS = "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl"
 # Parts of the stdlib that are not library code worth imitating (tests, vendored packages, IDLE's tests).
 STDLIB_SKIP_DIRS = frozenset({"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"})
 STDLIB_DOC_CHARS = (20, 600)  # first docstring paragraphs outside this range make poor task statements
+STUB_DOC_CHARS = (40, 1200)  # whole docstrings of stubs: enough to say what to write, short enough to copy
 
 _CACHE: dict[tuple[str, str], tuple] = {}  # (reader, path) -> records; seed-independent reads done once
 
@@ -232,6 +233,38 @@ def code_tasks_from_source(source: str | bytes, module: str) -> list[CodeTask]:
     return tasks
 
 
+def _stub(node: ast.FunctionDef | ast.AsyncFunctionDef, doc: str) -> str:
+    """`def name(args) -> ret:` and the cleaned docstring indented under it, no body; a method loses its
+    self / cls (a stub reads as a free function)."""
+    args = node.args
+    if args.args and args.args[0].arg in ("self", "cls"):
+        args = ast.arguments(posonlyargs=args.posonlyargs, args=args.args[1:], vararg=args.vararg,
+                             kwonlyargs=args.kwonlyargs, kw_defaults=args.kw_defaults, kwarg=args.kwarg,
+                             defaults=args.defaults[-len(args.args) + 1:] if len(args.args) > 1 else [])
+    head = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
+    returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+    body = "\n".join(f"    {line}" if line else "" for line in inspect.cleandoc(doc).split("\n"))
+    return f'{head} {node.name}({ast.unparse(args)}){returns}:\n    """{body.lstrip()}\n    """\n'
+
+
+def function_stubs_from_source(source: str | bytes, module: str) -> list[CodeTask]:
+    """Complete-this-function stubs of every public function and method with a docstring (STUB_DOC_CHARS),
+    in source order: `prompt` is the stub alone; the instruction around it is `weaver.train.data`'s."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):  # ValueError: NUL bytes
+        return []
+    tasks = []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+            continue
+        doc = ast.get_docstring(node)
+        if not doc or '"""' in doc or not STUB_DOC_CHARS[0] <= len(doc) <= STUB_DOC_CHARS[1]:
+            continue
+        tasks.append(CodeTask(id=f"{module}.{node.name}:{node.lineno}", prompt=_stub(node, doc)))
+    return tasks
+
+
 def stdlib_files(root: Path | None = None) -> list[tuple[str, Path]]:
     """(dotted module name, path) of the stdlib's .py files outside tests and site-packages, sorted by path."""
     root = Path(sysconfig.get_paths()["stdlib"]) if root is None else Path(root)
@@ -247,22 +280,33 @@ def stdlib_files(root: Path | None = None) -> list[tuple[str, Path]]:
     return out
 
 
-def stdlib_code_tasks(progress: bool = False, root: Path | None = None) -> list[CodeTask]:
-    """Code-writing tasks from the CPython standard library (about 1,300 on 3.11), deterministic order."""
+def _scan_stdlib(reader, name: str, progress: bool, root: Path | None) -> list[CodeTask]:
+    """`reader(source, module)` over every stdlib file of `stdlib_files`, cached per (name, root): parsing ~700
+    files takes several seconds."""
     root = Path(sysconfig.get_paths()["stdlib"]) if root is None else Path(root).resolve()
-    key = ("stdlib", str(root))
-    if key not in _CACHE:  # scan once per process: parsing ~700 files takes several seconds
+    key = (name, str(root))
+    if key not in _CACHE:
         from tqdm import tqdm
 
         tasks: list[CodeTask] = []
-        for module, path in tqdm(stdlib_files(root), desc="stdlib", unit="file", disable=not progress):
+        for module, path in tqdm(stdlib_files(root), desc=name, unit="file", disable=not progress):
             try:
                 source = path.read_bytes()
             except OSError:
                 continue
-            tasks.extend(code_tasks_from_source(source, module))
+            tasks.extend(reader(source, module))
         _CACHE[key] = tuple(tasks)
     return list(_CACHE[key])
+
+
+def stdlib_code_tasks(progress: bool = False, root: Path | None = None) -> list[CodeTask]:
+    """Code-writing tasks from the CPython standard library (about 1,300 on 3.11), deterministic order."""
+    return _scan_stdlib(code_tasks_from_source, "stdlib", progress, root)
+
+
+def stdlib_function_stubs(progress: bool = False, root: Path | None = None) -> list[CodeTask]:
+    """Function stubs from the CPython standard library (about 5,000 on 3.11), deterministic order."""
+    return _scan_stdlib(function_stubs_from_source, "stdlib stubs", progress, root)
 
 
 def clear_caches() -> None:
