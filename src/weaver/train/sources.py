@@ -9,6 +9,7 @@ parse and the stdlib scan are cached per process: they do not depend on any seed
 from __future__ import annotations
 
 import ast
+import copy
 import gzip
 import importlib
 import importlib.util
@@ -16,7 +17,7 @@ import inspect
 import json
 import re
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -236,11 +237,10 @@ def code_tasks_from_source(source: str | bytes, module: str) -> list[CodeTask]:
 def _stub(node: ast.FunctionDef | ast.AsyncFunctionDef, doc: str) -> str:
     """`def name(args) -> ret:` and the cleaned docstring indented under it, no body; a method loses its
     self / cls (a stub reads as a free function)."""
-    args = node.args
+    args = copy.copy(node.args)
     if args.args and args.args[0].arg in ("self", "cls"):
-        args = ast.arguments(posonlyargs=args.posonlyargs, args=args.args[1:], vararg=args.vararg,
-                             kwonlyargs=args.kwonlyargs, kw_defaults=args.kw_defaults, kwarg=args.kwarg,
-                             defaults=args.defaults[-len(args.args) + 1:] if len(args.args) > 1 else [])
+        args.args = args.args[1:]
+        args.defaults = args.defaults[-len(args.args):] if args.args else []  # defaults fill the last arguments
     head = "async def" if isinstance(node, ast.AsyncFunctionDef) else "def"
     returns = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
     body = "\n".join(f"    {line}" if line else "" for line in inspect.cleandoc(doc).split("\n"))
@@ -280,7 +280,8 @@ def stdlib_files(root: Path | None = None) -> list[tuple[str, Path]]:
     return out
 
 
-def _scan_stdlib(reader, name: str, progress: bool, root: Path | None) -> list[CodeTask]:
+def _scan_stdlib(reader: Callable[[bytes, str], list[CodeTask]], name: str, progress: bool,
+                 root: Path | None) -> list[CodeTask]:
     """`reader(source, module)` over every stdlib file of `stdlib_files`, cached per (name, root): parsing ~700
     files takes several seconds."""
     root = Path(sysconfig.get_paths()["stdlib"]) if root is None else Path(root).resolve()
