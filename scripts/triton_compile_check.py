@@ -69,7 +69,9 @@ def report(name: str, kern) -> str:
     return f"{name}: {line} | shared={kern.metadata.shared}"
 
 
-def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
+def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig, model_call: bool = True) -> list[str]:
+    """model_call: the prep as the model's verify launches it (raw gates, q/k l2-normalised inside); False: as
+    `weaver bench kernels` does (gates and normalised q/k precomputed)."""
     H, HV, K, V = 16, 48, 128, 128
     el = "bf16" if dtype == "bf16" else "fp32"
     prec = precision_code(cfg.precision, torch.bfloat16 if dtype == "bf16" else torch.float32)
@@ -81,13 +83,13 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig) -> list[str]:
                      scale="fp32", T="i32", W0="i32",
                      **{n: "i32" for n in ("sqb", "sqt", "svb", "svt", "sgb", "sgt", "sbb", "sbt")})  # fmt: skip
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=True, LOWP=dtype == "bf16", RAW=True, LEAD=lead)  # the model's verify: raw gates, l2norm
+                      L2NORM=model_call, LOWP=dtype == "bf16", RAW=model_call, LEAD=lead)  # fmt: skip
     preps = []  # one kernel for every item kind, or (split_prep) one per kind
     kinds = ((1, "prep diagonal"), (2, "prep pair"), (3, "prep state")) if cfg.split_prep else ((0, "prep"),)
     for items, name in kinds:
         kern = compile_kernel(gt.gdn_tree_prep_kernel, prep_args, dict(prep_const, ITEMS=items), cfg.prep_warps,
                               cfg.prep_stages)
-        preps.append(report(f"T={T} {dtype} {cfg} {name}", kern))
+        preps.append(report(f"T={T} {dtype} {cfg} {name}{'' if model_call else ' (bench call)'}", kern))
     solve_args = {n: "*fp32" for n in ("amat", "pmat", "lead", "rhs", "qh", "aux_delta")}
     solve_args.update(o=f"*{el}", T="i32")
     solve_const = dict(HV=HV, V=V, BT=cfg.BT, BV=cfg.BV, TP=TP, USE_H0=True, PREC=prec, INTERPRET=False)
@@ -321,6 +323,8 @@ def main() -> None:
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
+    parser.add_argument("--bench-call", action="store_true",
+                        help="also the default config as `weaver bench kernels` launches it (no raw gates, no l2norm)")
     args = parser.parse_args()
     print("triton", triton.__version__)
     extras = ((args.topk, check_small_topk), (args.node_attention, check_node_attention),
@@ -343,9 +347,10 @@ def main() -> None:
             cfgs += [base._replace(solve_order="left", lead=False)] + [
                 base._replace(solve_order="left", lead=False, BV=bv) for bv in args.BV] if args.left_solve else []
             cfgs += [base._replace(lead=False)] if base.lead else []  # the tiled root beside the lead row
-            for cfg in cfgs:
+            calls = [(cfg, True) for cfg in cfgs] + ([(base, False)] if args.bench_call else [])
+            for cfg, model_call in calls:
                 try:
-                    for line in check_gdn_tree(T, dtype, cfg):
+                    for line in check_gdn_tree(T, dtype, cfg, model_call):
                         print(line, flush=True)
                 except Exception as e:  # report and go on: one failing shape should not hide the others
                     print(f"T={T} {dtype} {cfg}: FAILED {type(e).__name__}: {str(e)[:400]}", flush=True)
