@@ -7,6 +7,7 @@
     ... --vocab-top1 --T   # greedy argmax + max log-softmax over the vocabulary
     ... --verify --T       # the tree verify's RoPE table, RoPE + K/V write, attention with RoPE inside
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
+    ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
