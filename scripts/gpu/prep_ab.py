@@ -29,7 +29,7 @@ import torch
 
 from weaver.bench.kernels import SHAPE, proposal_tree, time_graphs
 from weaver.kernels.triton import build_tree_structure
-from weaver.kernels.triton.gdn_tree import RawGates, _node_rows, default_config, dense_rows, gdn_tree, gdn_tree_fwd
+from weaver.kernels.triton.gdn_tree import RawGates, default_config, gdn_tree
 from weaver.ops.gdn import GDNTreeAux, gdn_gates
 
 LAYERS = 48
@@ -82,15 +82,9 @@ def variant_calls(variant: str, layers: list[dict], tree, states: torch.Tensor, 
 
 
 def make_call(args, tree, state, l2: bool, gates, slot, prep_only: bool):
-    """One tree call: the public launcher (returns o), or its forward stopped after the prep kernel, with the
-    launcher's own input handling (views it reads in place stay views)."""
-    if not prep_only:
-        return lambda: gdn_tree(*args, tree, initial_state=state, use_qk_l2norm=l2, aux_out=slot, gates=gates)[0]
-    q, k, v = dense_rows(*args[:3])
-    g, beta = _node_rows(args[3]), _node_rows(args[4])
-    cfg = default_config(q.shape[1], v.shape[3], q.dtype)
-    return lambda: gdn_tree_fwd(q, k, v, g, beta, tree, q.shape[3] ** -0.5, state, l2, cfg, v.dtype,
-                                run_solve=False, aux_out=slot, gates=gates)  # fmt: skip
+    """One tree call through the public launcher (returns o), or stopped after its prep kernel."""
+    return lambda: gdn_tree(*args, tree, initial_state=state, use_qk_l2norm=l2, aux_out=slot, gates=gates,
+                            run_solve=not prep_only)[0]  # fmt: skip
 
 
 def main() -> None:

@@ -515,6 +515,7 @@ def gdn_tree(
     out_dtype: torch.dtype | None = None,
     aux_out: GDNTreeAux | None = None,
     gates: RawGates | None = None,
+    run_solve: bool = True,
 ) -> tuple[torch.Tensor, GDNTreeAux]:
     """Tree verification in two Triton launches; same contract as `weaver.ops.gdn.gdn_tree`.
 
@@ -531,6 +532,7 @@ def gdn_tree(
             stacked factors that one commit launch folds for every layer); returned as aux.
         gates: RawGates: g and beta are the in-projection's raw a and b (row views read in place), the gates
             are computed in the prep kernel as `weaver.ops.gdn.gdn_gates` does.
+        run_solve: False stops after the prep kernel (stage timing only: o and aux.delta are then garbage).
     Returns:
         o: [B, T, HV, V] in v's dtype (or out_dtype).
         aux: GDNTreeAux(k [B, T, H, K], delta [B, T, HV, V], G [B, T, HV]), float32, for the commit.
@@ -557,8 +559,8 @@ def gdn_tree(
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     out_dtype = v.dtype if out_dtype is None else out_dtype
-    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype, aux_out=aux_out,
-                        gates=gates)
+    return gdn_tree_fwd(q, k, v, g, beta, tree, scale, initial_state, use_qk_l2norm, cfg, out_dtype, run_solve,
+                        aux_out=aux_out, gates=gates)  # fmt: skip
 
 
 def _node_rows(x: torch.Tensor) -> torch.Tensor:
