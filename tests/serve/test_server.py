@@ -293,11 +293,13 @@ def test_full_queue_gets_429_and_the_queue_is_fifo(server):
     running.start()
     assert first.wait(20)  # the long stream runs: what comes next waits in the queue
     done: list[tuple[int, int]] = []
+    ids: dict[int, str] = {}
 
     def queued(i: int) -> None:
         r = httpx.post(server.url + "/v1/completions", json={"model": "tiny", "prompt": f"q{i}", "max_tokens": 3,
                                                              "temperature": 0}, timeout=30)  # fmt: skip
         done.append((i, r.status_code))
+        ids[i] = r.json()["id"]
 
     waiting = []
     for i in range(MAX_QUEUE):
@@ -315,4 +317,8 @@ def test_full_queue_gets_429_and_the_queue_is_fifo(server):
     running.join(10)
     for t in waiting:
         t.join(10)
-    assert done == [(0, 200), (1, 200)]
+    assert sorted(done) == [(0, 200), (1, 200)]
+    # the order they ran in is the server's (the clients' threads may see their answers in either order)
+    started = [line.split("request ")[1].split()[0] for line in server.log.read_text().splitlines()
+               if " started after " in line]  # fmt: skip
+    assert [rid for rid in started if rid in ids.values()] == [ids[0], ids[1]]

@@ -105,9 +105,9 @@ def create_app(llm: Any, cfg: ServeConfig, metrics: Metrics | None = None) -> Fa
     async def _generate(request: Request, kind: str, gen: Generation) -> Response:
         ids = prompt_ids(llm, gen.prompt, gen.template_kwargs)
         max_tokens = completion_budget(ids, gen.max_tokens, cfg, "messages" if kind == "chat" else "prompt")
-        job = Job(gen=gen, ids=ids, max_tokens=max_tokens, loop=asyncio.get_running_loop())
-        worker.submit(job)
         rid = new_id(kind)
+        job = Job(gen=gen, ids=ids, max_tokens=max_tokens, loop=asyncio.get_running_loop(), rid=rid)
+        worker.submit(job)
         if gen.stream:
             writer = ChunkWriter(kind, rid, cfg.model_id, gen.include_usage)
             return StreamingResponse(_stream(job, writer), media_type="text/event-stream",

@@ -37,6 +37,7 @@ class Job:
     ids: list[int]
     max_tokens: int
     loop: asyncio.AbstractEventLoop
+    rid: str = ""  # the response's id, so the server log's lines match what the client got
     arrived: float = field(default_factory=time.perf_counter)
     cancel: threading.Event = field(default_factory=threading.Event)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
@@ -181,6 +182,8 @@ class EngineWorker:
         g = job.gen
         job.started = time.perf_counter()
         self.metrics.queue_wait.observe(job.started - job.arrived)
+        log.info("request %s started after %.3f s in the queue (%d prompt tokens, at most %d new, method %s)",
+                 job.rid, job.started - job.arrived, len(job.ids), job.max_tokens, g.method)  # fmt: skip
         before = self.llm.engine.captured_count
         try:
             out = self.llm.generate(
@@ -202,6 +205,8 @@ class EngineWorker:
                 log.warning("captured %d new graph(s) for method %s, T=%g, top_p=%g, top_k=%d (not warmed up)",
                             new, g.method, g.temperature, g.top_p, g.top_k)  # fmt: skip
         self._record(job, out)
+        log.info("request %s finished (%s): %d new tokens in %.3f s", job.rid, out.stats.finish_reason,
+                 out.stats.new_tokens, time.perf_counter() - job.started)  # fmt: skip
         if out.stats.finish_reason == "cancelled":
             self.metrics.errors.labels("cancelled").inc()
             if job.shut_down:
