@@ -181,19 +181,26 @@ def check_decode() -> list[str]:
 
 def check_weaver_frontier() -> list[str]:
     """The device weaver builder's pop with its nodes' inputs at the benchmark's round (frontier 512, w 4, c 8,
-    d_rank 512, 8 heads, P + S = 16 + 69), as the launcher configures it (the push runs in pool_top)."""
+    d_rank 512, 8 heads, P + S = 16 + 69) and at the paper's 27B adapter, as the launcher configures it (the push
+    runs in pool_top), for both sources of the nodes' rows."""
     i64 = "i32"
     pop_args = dict(f_score="*fp64", f_item="*i64", f_logp="*fp32", count="*i64", nodes="*i64", logps="*fp32",
                     valid="*u8", step="*i64", node_out="*i64", grow_out="*u8", score_out="*fp64")  # fmt: skip
     pop_args.update({n: i64 for n in ("F", "N", "DEPTH", "W", "B", "stride_fs", "stride_fi", "stride_fl",
                                       "stride_nb", "stride_lb", "stride_vb")})  # fmt: skip
     inp_ptrs = dict(visible="*u8", prefix="*u8", cand_x="*bf16", cand_qkv="*bf16", k_buf="*bf16", x_out="*bf16",
-                    q_out="*bf16", mask_out="*u8")  # fmt: skip
+                    q_out="*bf16", mask_out="*u8", rope_cos="*bf16", rope_sin="*bf16")  # fmt: skip
     pop_inp = dict(pop_args, **inp_ptrs, v_buf="*bf16", P=i64, S_TOT=i64, D=i64, HD=i64,
                    stride_visb=i64, stride_viss=i64, **{n: i64 for n in ("stride_cxb", "stride_cxr", "stride_cqb",
                    "stride_cqr", "stride_kb", "stride_kh", "stride_ks", "stride_vvb", "stride_vvh", "stride_vvs")})
-    kern = compile_kernel(wf._pop_kernel, pop_inp, dict(BLOCK_F=512, BLOCK_W=4, BLOCK_S=128, BLOCK_D=512), 4)
-    return [report("frontier pop+inputs F=512 w=4 d=512", kern)]
+    out = []
+    # the benchmark's round, and the paper's adapter at 27B (d_rank 2048 in passes of 512 columns, c 16: F 1,040)
+    for name, block_f in (("F=512 w=4 d=512", 512), ("F=1040 w=4 d=2048", 2048)):
+        for rope in (False, True):  # the round's table (older variant) / the vocabulary's rows, rotated (RoPE)
+            const = dict(BLOCK_F=block_f, BLOCK_W=4, BLOCK_S=128, BLOCK_D=512, ROPE=rope)
+            kern = compile_kernel(wf._pop_kernel, pop_inp, const, 4)
+            out.append(report(f"frontier pop+inputs {name} rope={rope}", kern))
+    return out
 
 
 def check_pool_top() -> list[str]:

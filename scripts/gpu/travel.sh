@@ -12,7 +12,8 @@
 #   bash scripts/gpu/travel.sh full    # before any commit: git would otherwise see the weights deleted
 #   bash scripts/gpu/travel.sh stage [SEED]  # a training session's carried files (session 34), then `light`:
 #     .whl (fla-core, flash-linear-attention, gguf), .carry/train_prompts.jsonl.gz (`weaver data build --seed SEED`,
-#     default 0; a new seed gives a run prompts earlier runs never regenerated) and the GGUF
+#     default 0; a new seed gives a run prompts earlier runs never regenerated), .carry/eval (the same build's
+#     held-out sets, for the tok/s table) and the GGUF
 #     in three parts sized so that no call passes 64 MiB: call 1 carries .whl .travel/assets part.aa and starts
 #     `mkdir -p src/weaver/assets && cp -r .travel/assets/. src/weaver/assets/ && source scripts/gpu/setup.sh`
 #     (the weights reach ~/cache/assets), call 2 part.ab, call 3 part.ac and .carry (the GGUF joins: regenerate).
@@ -46,6 +47,7 @@ print(next(pathlib.Path(d).glob('*.gguf')))")  # find_spec: importing the packag
     dd if="$gguf" of=.gguf/smollm2.gguf.part.ac bs=1000000 skip=62 status=none  # ~35 MiB, beside the ~17 MiB of prompts
     $py -m weaver.cli data build --out /tmp/weaver_data --seed "${2:-0}" > /dev/null
     gzip -c /tmp/weaver_data/train_prompts.jsonl > .carry/train_prompts.jsonl.gz
+    rm -rf .carry/eval && cp -r /tmp/weaver_data/eval .carry/eval  # ~0.5 MB: the held-out sets, for tok/s on the device
     $py -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
       fla-core==0.6.0 flash-linear-attention==0.6.0 gguf==0.19.0

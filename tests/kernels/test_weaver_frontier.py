@@ -4,8 +4,9 @@ weaver.kernels.triton.pool_top) vs its torch reference (weaver.ops.weaver_fronti
 CPU: the kernels run under TRITON_INTERPRET=1 (kernels="triton"); the trees must equal the reference loop's
 (the same adapter kernels, the torch bookkeeping) and the host reference builder's. GPU
 (`--triton-full`): the same, compiled, on CUDA, plus one case at the benchmark's shapes (d_rank 512,
-pool 512, budget 64, w 4, c 8). Both adapter variants: the older (pos_emb, GELU) and the released one (RoPE: the
-candidate table holds rotated q / k, blocks after the first rotate theirs; SwiGLU).
+pool 512, budget 64, w 4, c 8). Both adapter variants: the older (pos_emb, GELU: the round's candidate table)
+and the released one (RoPE: the vocabulary's rows, q / k rotated as a node reads them, blocks after the first
+rotate theirs; SwiGLU).
 """
 
 from __future__ import annotations
@@ -144,11 +145,12 @@ def test_push_inside_the_scoring_tail_builds_the_same_trees(monkeypatch, budget,
 BACKENDS = ["inductor"] if FULL else ["aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
 
 
+@pytest.mark.parametrize("released", [False, True], ids=["learned", "released"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_frontier_kernels_under_torch_compile(backend) -> None:
+def test_frontier_kernels_under_torch_compile(backend, released) -> None:
     """The mutating custom ops inside a torch.compile'd builder (how the engine's build stage runs them on
-    CUDA: functionalized, then re-inplaced by inductor) give the eager tree."""
-    args, kw, _ = _args(2, 5, 4, 6, 3, 1)
+    CUDA: functionalized, then re-inplaced by inductor) give the eager tree, with either source of node rows."""
+    args, kw, _ = _args(2, 5, 4, 6, 3, 1, released)
     eager = build_weaver(*args, 8, w=2, c=3, options=TRITON, **kw)
     compiled = torch.compile(lambda root, logits: build_weaver(root, logits, 8, w=2, c=3, options=TRITON, **kw),
                              backend=backend)
@@ -159,19 +161,26 @@ def test_frontier_kernels_under_torch_compile(backend) -> None:
     assert_same_tree(eager, tree, "compiled")
 
 
-def test_pop_with_node_inputs_equals_the_reference(monkeypatch) -> None:
+@pytest.mark.parametrize(("released", "columns"), [(False, 512), (True, 512), (True, 4)])
+def test_pop_with_node_inputs_equals_the_reference(monkeypatch, released, columns) -> None:
     """Every pop of a build, the kernel (pop and node inputs in one launch) against the torch reference
     (`frontier_pop`, then `node_inputs`) on copies of every buffer: the same results, and every buffer
-    (frontier, nodes, count, visibility, K/V) written alike, bit for bit."""
-    args, kw, _ = _args(2, 5, 4, 6, 3, 2)
+    (frontier, nodes, count, visibility, K/V) written alike, bit for bit. The released variant (RoPE) reads the
+    vocabulary's rows by token and rotates q / k in the kernel; the older one reads the round's table. columns 4:
+    the node inputs in passes of 4 columns (a head's RoPE partner in another pass), as d_rank 2048 runs in 512s."""
+    import weaver.kernels.triton.weaver_frontier as kernel_module
+
+    monkeypatch.setattr(kernel_module, "COLUMNS_PER_PASS", columns)
+    args, kw, _ = _args(2, 5, 4, 6, 3, 2, released)
+    assert kw["adapter"].config.d_rank > columns or columns == 512  # 512: one pass here
     kernel, checked = frontier_module.frontier_pop_inputs, []
 
     def both(*a):
-        *a, options = a
-        assert options is TRITON
+        *a, options, rope = a
+        assert options is TRITON and (rope is not None) == released
         copies = [t.clone() if isinstance(t, torch.Tensor) else t for t in a]
-        got = kernel(*a, options)
-        want = kernel(*copies, TORCH)  # the dispatcher's reference (ties to the lowest column, as the kernel)
+        got = kernel(*a, options, rope)
+        want = kernel(*copies, TORCH, rope)  # the dispatcher's reference (ties to the lowest column, as the kernel)
         assert len(got) == len(want) == 7 and all(torch.equal(g, x) for g, x in zip(got, want, strict=True))
         assert all(torch.equal(t, c) for t, c in zip(a, copies, strict=True) if isinstance(t, torch.Tensor))
         checked.append(1)

@@ -18,6 +18,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from weaver.errors import CheckpointError, GenerationConfigError
+from weaver.ops.weaver_frontier import rotate_qk
 from weaver.options import RuntimeOptions
 from weaver.speculative.builders import get_builder, trie_size
 from weaver.speculative.builders.weaver import build_weaver, build_weaver_reference
@@ -433,9 +434,9 @@ def test_small_universe_is_padded_and_edge_cases(build) -> None:
 @pytest.mark.parametrize("released", [False, True], ids=["learned", "released"])
 def test_candidate_table_step_equals_computed_rows(monkeypatch, released: bool) -> None:
     """A step that gathers its nodes' rows from the candidate table (`cand`) scores, writes K/V and returns
-    children exactly like one that computes them (RoPE: the table's q / k rotated at the candidate's position);
-    the table exists where the adapter's kernels run (here kernels="triton") and within
-    CANDIDATE_TABLE_MAX_BYTES, else `cand` is ignored."""
+    children exactly like one that computes them (RoPE: the vocabulary's rows by token, q / k rotated at the
+    node's position as it reads them); the table exists where the adapter's kernels run (here
+    kernels="triton") and within CANDIDATE_TABLE_MAX_BYTES (RoPE: VOCAB_TABLE_MAX_BYTES), else `cand` is ignored."""
     import weaver.speculative.weaver as weaver_module
 
     vocab, depth, k = 13, 3, 4
@@ -446,7 +447,9 @@ def test_candidate_table_step_equals_computed_rows(monkeypatch, released: bool) 
     table = ad.begin_round(*args, capacity=8, root=inp["root"])
     plain = ad.begin_round(*args, capacity=8)
     bound(ad, inp, TORCH)  # the steps below: the torch references, on both rounds
-    assert table.cand_x.shape == (2, 1 + depth * k, 16) and table.cand_qkv.shape == (2, 1 + depth * k, 48)
+    rows = vocab if released else 1 + depth * k  # RoPE: the vocabulary's rows, shared by the batch (stride 0)
+    assert table.cand_x.shape == (2, rows, 16) and table.cand_qkv.shape == (2, rows, 48)
+    assert (table.cand_rope is not None) == released == (table.cand_x.stride(0) == 0)
     assert plain.cand_x is None
     # step 1: the roots; step 2: children picked from pools 0 and 1 by their candidate rows
     lp, tok, cand = ad.step_top(table, torch.tensor([[0], [0]]), inp["root"][:, None], torch.tensor([[-1], [-1]]),
@@ -467,16 +470,18 @@ def test_candidate_table_step_equals_computed_rows(monkeypatch, released: bool) 
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None  # torch: no table
     bound(ad, inp, RuntimeOptions())  # auto: the kernels (and the table) on CUDA only
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
-    bound(ad, inp, TRITON)
     monkeypatch.setattr(weaver_module, "CANDIDATE_TABLE_MAX_BYTES", 0)
+    monkeypatch.setattr(weaver_module, "VOCAB_TABLE_MAX_BYTES", 0)
+    bound(ad, inp, TRITON)
     assert ad.begin_round(*args, capacity=8, root=inp["root"]).cand_x is None
 
 
 @pytest.mark.parametrize("released", [False, True], ids=["learned", "released"])
 @torch.no_grad()
 def test_vocab_tables_give_the_computed_candidate_table(monkeypatch, released: bool) -> None:
-    """Where the table is built, bind fills every token's e_n (and, RoPE, the first block's q/k/v) once and a round
-    gathers them: the same candidate table as the rows computed per round (with VOCAB_TABLE_MAX_BYTES = 0), which
+    """Where the table is built, bind fills every token's e_n (and, RoPE, the first block's q/k/v) once: a round
+    gathers them (older variant), or (RoPE) reads them by token and rotates q / k at the node's position. Either
+    way a candidate's rows equal the table computed per round (with VOCAB_TABLE_MAX_BYTES = 0), which
     `test_candidate_table_step_equals_computed_rows` ties to the steps; no vocabulary tables with the torch paths."""
     import weaver.speculative.weaver as weaver_module
 
@@ -491,8 +496,18 @@ def test_vocab_tables_give_the_computed_candidate_table(monkeypatch, released: b
     bound(ad, inp, TRITON)
     assert ad.vocab_x is None and ad.vocab_qkv is None
     computed = ad.begin_round(*args, capacity=8, root=inp["root"])
-    assert_close("cand_x", computed.cand_x, gathered.cand_x, 1e-6)
-    assert_close("cand_qkv", computed.cand_qkv, gathered.cand_qkv, 1e-6)
+    if released:  # row r of the computed table: token t_r at depth d_r (row 0 the root, row 1 + t K + j pool t's)
+        tokens = torch.cat([inp["root"][:, None], ids.flatten(1)], dim=1)  # [B, 1 + D K]
+        depths = (torch.arange(1 + depth * k) - 1).div(k, rounding_mode="floor").add(1).clamp(min=0).expand_as(tokens)
+        cos, sin = gathered.cand_rope
+        positions = ad.node_positions(depths, depth)
+        rows = torch.arange(2)[:, None]
+        x = gathered.cand_x[rows, tokens]
+        qkv = rotate_qk(gathered.cand_qkv[rows, tokens], ad.config.num_heads, cos[positions], sin[positions])
+    else:
+        x, qkv = gathered.cand_x, gathered.cand_qkv
+    assert_close("cand_x", computed.cand_x, x, 1e-6)
+    assert_close("cand_qkv", computed.cand_qkv, qkv, 1e-6)
     monkeypatch.undo()
     bound(ad, inp, TORCH)
     assert ad.vocab_x is None

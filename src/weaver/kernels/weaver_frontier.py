@@ -29,18 +29,19 @@ def frontier_pop_inputs_op(
     f_score: torch.Tensor, f_item: torch.Tensor, f_logp: torch.Tensor, count: torch.Tensor, nodes: torch.Tensor,
     logps: torch.Tensor, valid: torch.Tensor, n: int, depth: int, w: int, visible: torch.Tensor,
     prefix_mask: torch.Tensor, cand_x: torch.Tensor, cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
-    layer: int, prefix_len: int,
+    layer: int, prefix_len: int, rope_cos: torch.Tensor | None, rope_sin: torch.Tensor | None,
 ) -> _Popped:
     """`weaver.kernels.triton.weaver_frontier.frontier_pop_inputs` as a custom op."""
     from weaver.kernels.triton.weaver_frontier import frontier_pop_inputs as kernel
 
     return kernel(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible, prefix_mask, cand_x,
-                  cand_qkv, k_buf, v_buf, layer, prefix_len)  # fmt: skip
+                  cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin)  # fmt: skip
 
 
 @frontier_pop_inputs_op.register_fake
 def _frontier_pop_inputs_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible,
-                              prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len):  # fmt: skip
+                              prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos,
+                              rope_sin):  # fmt: skip
     b, d = f_score.shape[0], cand_x.shape[2]
     empty = f_score.new_empty
     return (empty(6, b, w, dtype=torch.int64), empty(b, w, dtype=torch.int64), empty(b, w, dtype=torch.bool),
@@ -68,13 +69,21 @@ def frontier_pop_inputs(
     layer: int,
     prefix_len: int,  # P
     options: RuntimeOptions,
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # cos, sin [>= D' + 1, hd]: a vocabulary table
 ) -> _Popped:
     """`frontier_pop`'s (step [6, B, w], node [B, w], grow [B, w], score [B, w]), then `node_inputs`' (x [B, w, d],
-    q [B, w, d], visibility rows [B, w, P + S]) for the step's slots, parents and candidate rows."""
+    q [B, w, d], visibility rows [B, w, P + S]) for the step's slots, parents and candidate rows. With `rope`
+    the tables are the vocabulary's (rows by token, q / k unrotated) and the nodes' q / k are rotated at
+    their positions depth + 1 (`WeaverAdapter.node_positions`; a grown node sits above D')."""
     pop = (f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
     inputs = (visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf)
+    cos, sin = rope if rope is not None else (None, None)
     if use_kernel(options, f_score):
         return launch(frontier_pop_inputs_op, "weaver.kernels.triton.weaver_frontier", "frontier_pop_inputs", *pop,
-                      *inputs, layer, prefix_len)  # fmt: skip
+                      *inputs, layer, prefix_len, cos, sin)  # fmt: skip
     step, node, grow, score = frontier_pop(*pop)
-    return (step, node, grow, score, *node_inputs(*inputs, step[0], step[2], step[4], layer, prefix_len))
+    if rope is None:
+        return (step, node, grow, score, *node_inputs(*inputs, step[0], step[2], step[4], layer, prefix_len))
+    slot, token, parent, node_depth = step[:4]
+    return (step, node, grow, score, *node_inputs(*inputs, slot, parent, token, layer, prefix_len, rope,
+                                                  node_depth + 1))  # fmt: skip

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["frontier_pop", "frontier_push", "node_inputs", "node_visibility", "top_columns"]
+__all__ = ["frontier_pop", "frontier_push", "node_inputs", "node_visibility", "rotate_qk", "top_columns"]
 
 TopK = Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor]]
 _NEG_INF = float("-inf")
@@ -107,13 +107,16 @@ def node_inputs(
     v_buf: torch.Tensor,  # [L, B, H, P + S, hd]
     slot: torch.Tensor,  # [B, w] long
     parent: torch.Tensor,  # [B, w] long, -1 for a root
-    cand: torch.Tensor,  # [B, w] long: the nodes' candidate-table rows
+    cand: torch.Tensor,  # [B, w] long: the nodes' rows in the table
     layer: int,  # the block whose q/k/v the table holds (the first)
     prefix_len: int,  # P
+    rope: tuple[torch.Tensor, torch.Tensor] | None = None,  # cos, sin [positions, hd]: rotate q, k here
+    position: torch.Tensor | None = None,  # [B, w] long: the nodes' RoPE positions (with `rope`)
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """A step's nodes from the candidate table: visibility rows written (`node_visibility`), block-`layer` K/V
     written into columns P + slot; returns input rows x [B, w, d], q [B, w, d] (heads concatenated) and the
-    visibility rows [B, w, P + S]."""
+    visibility rows [B, w, P + S]. With `rope` the table holds unrotated rows (the vocabulary's, by token) and
+    q, k are rotated here at `position`, in float32."""
     b, w = slot.shape
     d = cand_x.shape[2]
     heads, head_dim = k_buf.shape[2], k_buf.shape[4]
@@ -121,10 +124,25 @@ def node_inputs(
     rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
     x = cand_x[rows, cand]  # [B, w, d]
     qkv = cand_qkv[rows, cand]  # [B, w, 3 d]
+    if rope is not None:
+        qkv = rotate_qk(qkv, heads, rope[0][position], rope[1][position])
     col = prefix_len + slot
     k_buf[layer][rows, :, col] = qkv[..., d : 2 * d].view(b, w, heads, head_dim)
     v_buf[layer][rows, :, col] = qkv[..., 2 * d :].view(b, w, heads, head_dim)
     return x, qkv[..., :d], seen
+
+
+def rotate_qk(qkv: torch.Tensor, heads: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rows q | k | v [B, w, 3 d] with q and k rotate-half rotated (cos, sin [B, w, hd]) in float32, v as is: the
+    node-input kernel's arithmetic, so that the two agree bit for bit on float32 inputs."""
+    b, w, _ = qkv.shape
+    parts = qkv.view(b, w, 3, heads, -1)
+    qk = parts[:, :, :2].float()
+    half = qk.shape[-1] // 2
+    pair = torch.cat((-qk[..., half:], qk[..., :half]), dim=-1)  # rotate_half: [-x2, x1]
+    cos, sin = (t.float()[:, :, None, None] for t in (cos, sin))
+    qk = (qk * cos + pair * sin).to(qkv.dtype)
+    return torch.cat((qk, parts[:, :, 2:]), dim=2).view(b, w, -1)
 
 
 def frontier_push(

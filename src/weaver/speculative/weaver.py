@@ -44,8 +44,10 @@ GEMMs per call; `step_top` hands back the children's candidate indices. The tabl
 kernels run (`use_kernel(options, ...)` with the options given to `bind`; on a CPU the D*K rows cost more than
 the steps they save), given `root` and within CANDIDATE_TABLE_MAX_BYTES; otherwise the step computes the rows.
 Since e_n (without its position) and, with RoPE, the first block's unrotated q/k/v depend on the token alone,
-`bind` computes them once for the whole vocabulary (`vocab_x`, `vocab_qkv`, within VOCAB_TABLE_MAX_BYTES) and a
-round's table is a gather plus one rotation: no GEMM over the D*K rows per round.
+`bind` computes them once for the whole vocabulary (`vocab_x`, `vocab_qkv`, within VOCAB_TABLE_MAX_BYTES). With
+RoPE the round then builds no table at all: the vocabulary's rows are the table, a step reads its nodes' rows by
+token and rotates their q / k at the nodes' positions (`WeaverRound.cand_rope`); the older variant's rows carry
+pos_emb before the norm, so its table is a gather plus the first block's GEMM over the D*K rows.
 
 Kernels. Where `use_kernel(options, ...)` says so, a tree step's attention, block output and scoring tail are
 fused Triton launches (`weaver.kernels.node_attention`, `adapter_finish`, `pool_top`); elsewhere their torch
@@ -404,7 +406,13 @@ class WeaverAdapter(nn.Module):
         )
         rows = 1 + pool_ids.shape[1] * pool_ids.shape[2]
         table_bytes = b * rows * 4 * cfg.d_rank * ref.element_size()
-        if root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
+        if root is not None and use_kernel(self.options, ref) and self.vocab_qkv is not None:
+            # RoPE with the vocabulary's rows: a node reads its token's row and rotates its q / k itself, so the
+            # round gathers nothing (the 27B table was 126 MB written and read again for ~64 nodes' rows)
+            state.cand_x = self.vocab_x.expand(b, -1, -1)
+            state.cand_qkv = self.vocab_qkv.expand(b, -1, -1)
+            state.cand_rope = (self.rope_cos, self.rope_sin)
+        elif root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
             if root.shape != (b,):
                 raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
             # [B, rows]; a padded candidate (id < 0, never a node: it scores -inf) takes token 0's row
@@ -415,10 +423,7 @@ class WeaverAdapter(nn.Module):
             first = self.blocks[0]
             e = self._token_rows(tokens) if self.vocab_x is None else self.vocab_x[tokens]
             state.cand_x = self._with_position(e, depth)
-            if self.vocab_qkv is None:
-                state.cand_qkv = first.qkv_rows(state.cand_x, rope)
-            else:  # RoPE: the token's projected rows, q and k rotated at the candidate's position
-                state.cand_qkv = first.rotate_rows(self.vocab_qkv[tokens], rope)
+            state.cand_qkv = first.qkv_rows(state.cand_x, rope)
         return state
 
     @torch.no_grad()
@@ -518,8 +523,13 @@ class WeaverAdapter(nn.Module):
         q0 = None
         if cand is not None and state.cand_x is not None:
             first = self.blocks[0]
-            x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
-                                      state.v, slot, parent, cand.to(dev).long(), 0, p)  # fmt: skip
+            if state.cand_rope is None:
+                x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
+                                          state.v, slot, parent, cand.to(dev).long(), 0, p)  # fmt: skip
+            else:  # the vocabulary's rows, by token, q / k rotated at the nodes' positions
+                x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
+                                          state.v, slot, parent, token, 0, p, state.cand_rope,
+                                          self.node_positions(depth, state.depth))  # fmt: skip
             q0 = q0.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         else:
             seen = node_visibility(state.visible, state.prefix_mask, slot, parent, p)  # [B, w, P+S]

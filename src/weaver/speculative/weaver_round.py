@@ -25,9 +25,12 @@ class WeaverRound:
 
     prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
     # the candidate table (`weaver.speculative.weaver`): e_n [B, 1 + D K, d_rank] and the first block's q/k/v
-    # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None
+    # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None; or, with
+    # cand_rope, the vocabulary's rows [B (stride 0), V, ...] by token, q / k unrotated: a node's are rotated by
+    # cos, sin [max_depth + 1, head_dim] at its position when it is read
     cand_x: torch.Tensor | None = None
     cand_qkv: torch.Tensor | None = None
+    cand_rope: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def prefix_len(self) -> int:

@@ -17,7 +17,8 @@ program per batch row:
   slot, token 0, no parent, depth 0, row 0, pool 0).
 - node inputs (the w lanes in one 2-D block): each node's visibility row (its parent's row, or the prefix,
   plus itself), its input row and first-block q from the candidate table, its first-block k / v into its K/V
-  column.
+  column. With ROPE the table is the vocabulary's (rows by token, q / k unrotated) and q / k are rotated at
+  the node's position depth + 1 on the way (`weaver.ops.weaver_frontier.rotate_qk`).
 """
 
 from __future__ import annotations
@@ -31,18 +32,20 @@ from weaver.kernels.triton.topk import select_top
 
 __all__ = ["frontier_pop_inputs", "push_children"]
 
+COLUMNS_PER_PASS = 512  # node-input columns a pass: a 27B adapter's 2,048 in one block spilled registers
+
 
 @triton.jit
 def _pop_kernel(
     f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
     F, N, DEPTH, W, B,
     stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
+    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
     P, S_TOT, D, HD,
     stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
     BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-    PDL: tl.constexpr = False,
+    ROPE: tl.constexpr, PDL: tl.constexpr = False,
 ):  # fmt: skip
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
@@ -86,11 +89,14 @@ def _pop_kernel(
     tl.store(node_out + b * W + o_w, node, mask=m_w)
     tl.store(grow_out + b * W + o_w, grow.to(tl.uint8), mask=m_w)
     tl.store(score_out + b * W + o_w, val, mask=m_w)
+    # the table's row: the candidate's, or (ROPE: the vocabulary's unrotated rows) the token's, rotated at the
+    # node's position min(depth, D' - 1) + 1 (a grown node sits above D'; a padded lane at depth 0)
+    row = tl.where(grow, token, 0) if ROPE else tl.where(grow, cand, 0)
     _node_inputs_lanes(  # the popped lanes' node inputs, all lanes at once in this program
-        b * W + o_w, b, tl.where(grow, node, scratch), tl.where(grow, parent, -1), tl.where(grow, cand, 0), m_w,
-        visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, P, S_TOT, D, HD,
-        stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
-        stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D,
+        b * W + o_w, b, tl.where(grow, node, scratch), tl.where(grow, parent, -1), row, tl.where(grow, depth, 0) + 1,
+        m_w, visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
+        P, S_TOT, D, HD, stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
+        stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D, ROPE,
     )  # fmt: skip
 
 
@@ -113,6 +119,8 @@ def frontier_pop_inputs(
     v_buf: torch.Tensor,  # [L, B, H, P + S, hd]
     layer: int,  # the block whose q/k/v the candidate table holds (the first)
     prefix_len: int,  # P
+    rope_cos: torch.Tensor | None = None,  # [>= D' + 1, hd]: the table is the vocabulary's, rows by token, q / k
+    rope_sin: torch.Tensor | None = None,  # unrotated (rotated here at the node's position)
 ) -> tuple[torch.Tensor, ...]:
     """One pop round and its nodes' inputs: step inputs [6, B, w] (slot, token, parent, depth, candidate row,
     children's pool row min(depth, D' - 1); padded), node ids [B, w], grow [B, w] bool, the popped scores [B, w]
@@ -133,7 +141,7 @@ def frontier_pop_inputs(
     grow = torch.empty(b, w, dtype=torch.bool, device=f_score.device)
     score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
     outs, (ptrs, ints, strides), blocks = _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf,
-                                                       layer, prefix_len)  # fmt: skip
+                                                       layer, prefix_len, rope_cos, rope_sin, depth)  # fmt: skip
     if b:
         _pop_kernel[(b,)](
             f_score, f_item, f_logp, count, nodes, logps, valid.view(torch.uint8), step, node,
@@ -141,7 +149,7 @@ def frontier_pop_inputs(
             f1 - 1, n, depth, w, b,
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
             *ptrs, *ints, *strides,
-            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks,
+            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None,
             num_warps=4, **pdl_launch(f_score.device),
         )  # fmt: skip
     return (step, node, grow, score, *outs)
@@ -169,16 +177,17 @@ def push_children(
 
 @triton.jit
 def _node_inputs_lanes(
-    i, b, slot, parent, cand, ok,
-    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out,
+    i, b, slot, parent, cand, pos, ok,
+    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
     P, S_TOT, D, HD,
     stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
-    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, ROPE: tl.constexpr,
 ):  # fmt: skip
-    """The lanes' nodes (vectors: step index i, slot, parent or -1, candidate row; a lane where ok is False does
-    nothing) of batch row b: their visibility rows, input rows, first-block q and K/V columns. All lanes in
-    one 2-D block, so their loads go out together (a lane's parent is never a lane of the same step)."""
+    """The lanes' nodes (vectors: step index i, slot, parent or -1, table row, RoPE position; a lane where ok is
+    False does nothing) of batch row b: their visibility rows, input rows, first-block q and K/V columns. All
+    lanes in one 2-D block, so their loads go out together (a lane's parent is never a lane of the same step).
+    ROPE: the table's q and k are unrotated; they are rotated here (float32, `weaver.ops.weaver_frontier.rotate_qk`)."""
     # visibility: the parent's row (prefix + its ancestors-or-self), or the prefix alone; plus itself
     o_s = tl.arange(0, BLOCK_S)[None, :]
     m_s = (o_s < S_TOT) & ok[:, None]
@@ -188,21 +197,36 @@ def _node_inputs_lanes(
     row = tl.where(o_s == P + slot[:, None], 1, row)
     tl.store(visible + b * stride_vb + slot[:, None] * stride_vs + o_s, row, mask=m_s)
     tl.store(mask_out + i[:, None] * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
-    # the input row and the first block's q / k / v from the candidate table
-    o_d = tl.arange(0, BLOCK_D)[None, :]
-    m_d = (o_d < D) & ok[:, None]
-    x = tl.load(cand_x + b * stride_cxb + cand[:, None] * stride_cxr + o_d, mask=m_d)
-    tl.store(x_out + i[:, None] * D + o_d, x, mask=m_d)
-    p_qkv = cand_qkv + b * stride_cqb + cand[:, None] * stride_cqr + o_d
-    tl.store(q_out + i[:, None] * D + o_d, tl.load(p_qkv, mask=m_d), mask=m_d)
-    head, j = o_d // HD, o_d % HD
+    # the input row and the first block's q / k / v from the candidate table, BLOCK_D columns a pass
+    # (COLUMNS_PER_PASS); a column's RoPE partner is loaded from memory, in whichever pass it falls
+    base_x = cand_x + b * stride_cxb + cand[:, None] * stride_cxr
+    base_qkv = cand_qkv + b * stride_cqb + cand[:, None] * stride_cqr
     col = (P + slot)[:, None]
-    tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, tl.load(p_qkv + D, mask=m_d), mask=m_d)
-    tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, tl.load(p_qkv + 2 * D, mask=m_d),
-             mask=m_d)  # fmt: skip
+    for c0 in range(0, D, BLOCK_D):
+        o_d = c0 + tl.arange(0, BLOCK_D)[None, :]
+        m_d = (o_d < D) & ok[:, None]
+        tl.store(x_out + i[:, None] * D + o_d, tl.load(base_x + o_d, mask=m_d), mask=m_d)
+        q = tl.load(base_qkv + o_d, mask=m_d)
+        k = tl.load(base_qkv + D + o_d, mask=m_d)
+        head, j = o_d // HD, o_d % HD
+        if ROPE:  # rotate-half: x * cos + [-x2, x1] * sin, column j's partner being j +- HD / 2 in its head
+            half = HD // 2
+            p_pair = base_qkv + head * HD + (j + half) % HD
+            sign = tl.where(j < half, -1.0, 1.0)
+            cos = tl.load(rope_cos + pos[:, None] * HD + j, mask=m_d, other=0.0).to(tl.float32)
+            sin = tl.load(rope_sin + pos[:, None] * HD + j, mask=m_d, other=0.0).to(tl.float32)
+            q_pair = sign * tl.load(p_pair, mask=m_d, other=0.0).to(tl.float32)
+            k_pair = sign * tl.load(p_pair + D, mask=m_d, other=0.0).to(tl.float32)
+            q = (q.to(tl.float32) * cos + q_pair * sin).to(q.dtype)
+            k = (k.to(tl.float32) * cos + k_pair * sin).to(k.dtype)
+        tl.store(q_out + i[:, None] * D + o_d, q, mask=m_d)
+        tl.store(k_buf + b * stride_kb + head * stride_kh + col * stride_ks + j, k, mask=m_d)
+        v = tl.load(base_qkv + 2 * D + o_d, mask=m_d)
+        tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, v, mask=m_d)
 
 
-def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len) -> tuple:
+def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin,
+                 depth) -> tuple:  # fmt: skip
     """Checked node-input arguments of the pop: the outputs (x, q, mask), the kernel's (pointers, sizes, strides) and
     its block sizes."""
     k_buf, v_buf = k_buf[layer], v_buf[layer]
@@ -214,13 +238,21 @@ def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, lay
         )
     if any(t.stride(-1) != 1 for t in (visible, cand_x, cand_qkv, k_buf, v_buf)):
         raise ValueError("frontier_pop_inputs: unit stride along the last dim")
+    if (rope_cos is None) != (rope_sin is None):
+        raise ValueError("frontier_pop_inputs: rope_cos and rope_sin come together")
+    if rope_cos is not None:
+        if rope_cos.shape != rope_sin.shape or rope_cos.shape[0] < depth + 1 or rope_cos.shape[1] != hd or hd % 2:
+            raise ValueError(f"frontier_pop_inputs: rope_cos / rope_sin [>= {depth + 1}, {hd}], even head_dim")
+        rope_cos, rope_sin = rope_cos.contiguous(), rope_sin.contiguous()
+    else:
+        rope_cos = rope_sin = cand_x  # never read
     x = torch.empty(b, w, d, dtype=cand_x.dtype, device=cand_x.device)
     q = torch.empty(b, w, d, dtype=cand_qkv.dtype, device=cand_x.device)
     mask = torch.empty(b, w, s_tot, dtype=torch.bool, device=cand_x.device)
     ptrs = (visible.view(torch.uint8), prefix_mask.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
-            mask.view(torch.uint8))  # fmt: skip
+            mask.view(torch.uint8), rope_cos, rope_sin)  # fmt: skip
     strides = (visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
                cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0),
                v_buf.stride(1), v_buf.stride(2))  # fmt: skip
-    blocks = dict(BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=next_pow2(d, 16))
+    blocks = dict(BLOCK_S=next_pow2(s_tot, 16), BLOCK_D=min(next_pow2(d, 16), COLUMNS_PER_PASS))
     return (x, q, mask), (ptrs, (prefix_len, s_tot, d, hd), strides), blocks

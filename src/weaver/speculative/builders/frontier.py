@@ -125,6 +125,6 @@ def grow_kernels(
     for _ in range(rounds):
         step, node, grow, score, *inputs = frontier_pop_inputs(
             *frontier.pop_args(), state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k, state.v,
-            0, state.prefix_len, options,
+            0, state.prefix_len, options, state.cand_rope,
         )  # fmt: skip
         adapter.step_top_prepared(state, step, c, inputs, push=(*frontier.push_args(), node, grow, score))
