@@ -1,5 +1,6 @@
-"""Merge `weaver bench acceptance` reports run apart (one workload or method per run, same code and weights) into
-one table: tau per workload and macro for every run key, greedy equality with ar, and the issue-17 ratios.
+"""Merge `weaver bench acceptance` reports run apart (one workload, method or slice of prompts per run, same code
+and weights) into one table: tau per workload (the mean over every run's prompts of it; the header gives how
+many) and macro for every run key, greedy equality with ar, and the issue-17 ratios.
 
     python3 scripts/merge_acceptance.py RUN_DIR... [--ratios weaver/64:chain/15 weaver/64:ddtree/64] > table.md
 """
@@ -17,34 +18,36 @@ def main() -> int:
     parser.add_argument("runs", nargs="+", help="directories holding a report.json")
     parser.add_argument("--ratios", nargs="*", default=[], help="A:B pairs of run keys: macro tau A / B")
     args = parser.parse_args()
-    tau: dict[str, dict[str, float]] = {}
+    # (run key, workload) -> prompt id -> tau: a workload split over several runs pools its prompts (a report's
+    # own per-workload tau is this mean over its records); a prompt measured twice counts once (the last run)
+    prompts: dict[str, dict[str, dict[str, float]]] = {}
     equal: dict[str, list[int]] = {}
     for run in args.runs:
         report = json.loads((Path(run) / "report.json").read_text())
-        for key, entry in report["summary"].items():
-            for workload, stats in entry["per_workload"].items():
-                tau.setdefault(key, {})[workload] = stats["tau"]
         for record in report["records"]:
             for r in record["runs"]:
+                key = f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
+                prompts.setdefault(key, {}).setdefault(record["workload"], {})[record["id"]] = r["tau"]
                 if "equal_to_ar" in r:
-                    key = f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
                     counts = equal.setdefault(key, [0, 0])
                     counts[0] += bool(r["equal_to_ar"])
                     counts[1] += 1
+    tau = {key: {w: statistics.mean(ids.values()) for w, ids in per.items()} for key, per in prompts.items()}
     workloads = sorted({w for per in tau.values() for w in per})
-    print(f"| run | {' | '.join(f'tau {w}' for w in workloads)} | macro tau | greedy equal to ar |")
+    sizes = {w: max(len(per[w]) for per in prompts.values() if w in per) for w in workloads}  # prompts a workload
+    print(f"| run | {' | '.join(f'tau {w} ({sizes[w]})' for w in workloads)} | macro tau | greedy equal to ar |")
     print("|---|" + "---:|" * (len(workloads) + 2))
     macro = {}
     for key, per in tau.items():
-        cells = " | ".join(f"{per[w]:.2f}" if w in per else "" for w in workloads)
+        cells = " | ".join(f"{per[w]:.3f}" if w in per else "" for w in workloads)
         macro[key] = statistics.mean(per.values()) if set(per) == set(workloads) else None
         eq = f"{equal[key][0]} of {equal[key][1]}" if key in equal else ""
-        print(f"| {key} | {cells} | {'' if macro[key] is None else f'{macro[key]:.2f}'} | {eq} |")
+        print(f"| {key} | {cells} | {'' if macro[key] is None else f'{macro[key]:.3f}'} | {eq} |")
     for pair in args.ratios:
         a, b = pair.split(":")
         if macro.get(a) and macro.get(b):
             per = ", ".join(f"{w} {tau[a][w] / tau[b][w]:.2f}x" for w in workloads)
-            print(f"\n{a} / {b}: macro {macro[a] / macro[b]:.2f}x ({per})")
+            print(f"\n{a} / {b}: macro {macro[a] / macro[b]:.3f}x ({per})")
     return 0
 
 
