@@ -65,3 +65,14 @@ def test_summary_gives_the_median_prefill_and_round_times() -> None:
     report = {"summary": summary, "model": "m", "device": "d", "dtype": "t", "max_new_tokens": 8, "command": "c",
               "records": records}  # fmt: skip
     assert "| chain/15 | 2.00 | 2.00 | 2.00 | 2.00 | 1.0 | 1.00 | 4.000 | 2.000 |" in markdown(report)
+
+
+def test_sampled_runs_cover_every_method_asked_for() -> None:
+    """T=1: target-only for each speculative method (chain at its block), traversal too for weaver; none at 0."""
+    from weaver.bench.acceptance import _sampled_runs
+
+    assert _sampled_runs(["ar", "chain", "ddtree", "weaver"], 64, 15) == [
+        ("chain", 15, "target_only"), ("ddtree", 64, "target_only"), ("weaver", 64, "target_only"),
+        ("weaver", 64, "traversal")]  # fmt: skip
+    assert _sampled_runs(["ddtree"], 32, 15) == [("ddtree", 32, "target_only")]
+    assert _sampled_runs(["chain", "weaver"], 0, 15) == []

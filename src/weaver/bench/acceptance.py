@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weaver-widths", nargs="+", type=int, default=[0],
                         help="weaver's w (nodes expanded per adapter step) to run at each budget; 0: the builder's "
                              "default ceil(budget / 16). Fewer, wider steps make the build cheaper")
-    parser.add_argument("--sampled-budget", type=int, default=64, help="budget of the T=1 runs (0: skip them)")
+    parser.add_argument("--sampled-budget", type=int, default=64,
+                        help="budget of the T=1 runs: target-only for every method, traversal too for weaver (0: none)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
@@ -62,6 +63,19 @@ def _runs(methods: list[str], budgets: list[int], chain_budget: int,
     return out
 
 
+def _sampled_runs(methods: list[str], budget: int, chain_budget: int) -> list[tuple[str, int, str]]:
+    """(method, budget, rule) of the T=1 runs: target-only for every speculative method asked for (chain at its
+    block), traversal too for weaver (the rule its adapter's q serves); none with budget 0."""
+    if not budget:
+        return []
+    out = []
+    for m in methods:
+        if m != "ar":
+            rules = ("target_only", "traversal") if m == "weaver" else ("target_only",)
+            out += [(m, chain_budget if m == "chain" else budget, rule) for rule in rules]
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
@@ -72,8 +86,9 @@ def run(args: argparse.Namespace) -> int:
                      options=runtime_options(args))
     prompts = {w: _prompts(w, args.limit, args.eval_dir) for w in args.workloads}
     runs = _runs(args.methods, args.budgets, args.chain_budget, args.weaver_widths)
+    sampled = _sampled_runs(args.methods, args.sampled_budget, args.chain_budget)
     records = []
-    total = sum(len(p) for p in prompts.values()) * (1 + len(runs) + (2 if args.sampled_budget else 0))
+    total = sum(len(p) for p in prompts.values()) * (1 + len(runs) + len(sampled))
     bar = tqdm(total=total, desc="acceptance", unit="gen")
     for workload, items in prompts.items():
         for item in items:
@@ -87,12 +102,11 @@ def run(args: argparse.Namespace) -> int:
                 rec["runs"].append({"method": method, "budget": budget, "w": w or None, "greedy": True,
                                     "equal_to_ar": out.token_ids == ar.token_ids, **_stats(out)})
                 bar.update()
-            if args.sampled_budget:
-                for rule in ("target_only", "traversal"):
-                    out = gen(method="weaver", budget=args.sampled_budget, temperature=1.0, seed=0, verify=rule)
-                    rec["runs"].append({"method": "weaver", "budget": args.sampled_budget, "greedy": False,
-                                        "rule": rule, **_stats(out)})
-                    bar.update()
+            for method, budget, rule in sampled:
+                out = gen(method=method, budget=budget, temperature=1.0, seed=0, verify=rule)
+                rec["runs"].append({"method": method, "budget": budget, "greedy": False, "rule": rule,
+                                    **_stats(out)})
+                bar.update()
             records.append(rec)
     bar.close()
     report = {"command": " ".join(sys.argv), "model": args.model, "device": str(llm.model.device),
