@@ -26,7 +26,8 @@ def main() -> int:
         report = json.loads((Path(run) / "report.json").read_text())
         for record in report["records"]:
             for r in record["runs"]:
-                key = f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
+                key = (f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
+                       + ("" if r.get("greedy", True) else f"/T=1/{r['rule']}"))  # the reports' own run keys
                 prompts.setdefault(key, {}).setdefault(record["workload"], {})[record["id"]] = r["tau"]
                 if "equal_to_ar" in r:
                     counts = equal.setdefault(key, [0, 0])
