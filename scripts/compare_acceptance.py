@@ -12,14 +12,18 @@ import json
 import statistics
 from pathlib import Path
 
+from weaver.bench.acceptance import run_key
+
 
 def per_prompt(run_dirs: list[str]) -> dict[tuple[str, str, str], dict]:
-    """(method/budget, workload, prompt id) -> that run's record, over every report.json given."""
+    """(run key, workload, prompt id) -> that run's record, over every report.json given (a weaver width or a T=1
+    run keeps its own key, as in the reports' summaries)."""
     out = {}
     for run in run_dirs:
         for record in json.loads((Path(run) / "report.json").read_text())["records"]:
             for r in record["runs"]:
-                out[(f"{r['method']}/{r['budget']}", record["workload"], record["id"])] = r
+                key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
+                out[(key, record["workload"], record["id"])] = r
     return out
 
 

@@ -12,6 +12,8 @@ import json
 import statistics
 from pathlib import Path
 
+from weaver.bench.acceptance import run_key
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,8 +28,7 @@ def main() -> int:
         report = json.loads((Path(run) / "report.json").read_text())
         for record in report["records"]:
             for r in record["runs"]:
-                key = (f"{r['method']}/{r['budget']}" + (f"/w{r['w']}" if r.get("w") else "")
-                       + ("" if r.get("greedy", True) else f"/T=1/{r['rule']}"))  # the reports' own run keys
+                key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
                 prompts.setdefault(key, {}).setdefault(record["workload"], {})[record["id"]] = r["tau"]
                 if "equal_to_ar" in r:
                     counts = equal.setdefault(key, [0, 0])

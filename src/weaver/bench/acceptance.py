@@ -155,6 +155,12 @@ def _stats(out) -> dict:
             "accepted_per_depth": s.accepted_per_depth}
 
 
+def run_key(method: str, budget: int, width: int | None = None, greedy: bool = True, rule: str | None = None) -> str:
+    """A run's name in a report's summary (and in the scripts that merge or compare reports): method/budget, then
+    /w<w> for a weaver width and /T=1/<rule> for a sampled run."""
+    return f"{method}/{budget}" + (f"/w{width}" if width else "") + ("" if greedy else f"/T=1/{rule}")
+
+
 def summarise(records: list[dict]) -> dict:
     """Per (run key): per workload mean tau / tok/s / acceptance rate per depth, the macro-average, and the median
     prefill and per-round milliseconds over every prompt."""
@@ -164,7 +170,7 @@ def summarise(records: list[dict]) -> dict:
             (x["method"], x["budget"], x["greedy"], x.get("rule"), x) for x in rec["runs"]]
         for method, budget, greedy, rule, x in rows:
             width = x.get("w")
-            key = f"{method}/{budget}" + (f"/w{width}" if width else "") + ("" if greedy else f"/T=1/{rule}")
+            key = run_key(method, budget, width, greedy, rule)
             w = keys.setdefault(key, {"method": method, "budget": budget, "w": width, "greedy": greedy, "rule": rule,
                                       "per_workload": {}})["per_workload"].setdefault(rec["workload"], [])
             w.append(x)

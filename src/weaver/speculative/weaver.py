@@ -404,15 +404,17 @@ class WeaverAdapter(nn.Module):
             k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
             prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
         )
+        if root is None or not use_kernel(self.options, ref):
+            return state
         rows = 1 + pool_ids.shape[1] * pool_ids.shape[2]
         table_bytes = b * rows * 4 * cfg.d_rank * ref.element_size()
-        if root is not None and use_kernel(self.options, ref) and self.vocab_qkv is not None:
+        if self.vocab_qkv is not None:
             # RoPE with the vocabulary's rows: a node reads its token's row and rotates its q / k itself, so the
             # round gathers nothing (the 27B table was 126 MB written and read again for ~64 nodes' rows)
             state.cand_x = self.vocab_x.expand(b, -1, -1)
             state.cand_qkv = self.vocab_qkv.expand(b, -1, -1)
             state.cand_rope = (self.rope_cos, self.rope_sin)
-        elif root is not None and use_kernel(self.options, ref) and table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
+        elif table_bytes <= CANDIDATE_TABLE_MAX_BYTES:
             if root.shape != (b,):
                 raise ValueError(f"root must be [{b}], got {tuple(root.shape)}")
             # [B, rows]; a padded candidate (id < 0, never a node: it scores -inf) takes token 0's row
