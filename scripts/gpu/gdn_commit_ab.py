@@ -1,14 +1,20 @@
-"""H200, issue 19: the stacked GDN commit (`gdn_tree_commit_stacked`, every layer in one launch) against a baseline
-version of its kernel, at the Qwen3.6-27B GDN shape (48 layers, 48 value heads of 128 x 128 fp32 states), alone.
+"""H200, issue 19: the stacked GDN commit (`gdn_tree_commit_stacked`, every layer in one launch) at the Qwen3.6-27B
+GDN shape (48 layers, 48 value heads of 128 x 128 fp32 states), alone: its state tiles against each other, or
+against a baseline version of its kernel.
 
-The baseline is a copy of the kernel module from an earlier commit, carried beside the tree (not committed twice):
+Tiles (session 38): the fold is separable, so a program may hold [K, BV] (the shipped default, 128 x 32: BV-column
+strips of 128 rows, 128 B apart-strided) or [BK, V] (whole rows, one contiguous 16 KB block) or anything between;
+`--tiles BKxBV:warps ...` times each on the same inputs, and each one's states against the first tile's.
+
+    python3 scripts/gpu/gdn_commit_ab.py --tiles 128x32:4 32x128:4 16x128:4 32x128:8 64x64:4 128x16:2
+
+A baseline is a copy of the kernel module from an earlier commit, carried beside the tree (not committed twice):
 
     git show <rev>:src/weaver/kernels/triton/gdn_commit.py > .carry/gdn_commit_before.py   # here
     python3 scripts/gpu/gdn_commit_ab.py --baseline .carry/gdn_commit_before.py            # device (carry .carry)
 
-Per (path length, value block BV) and side: us per launch (median over replays of a CUDA graph of 10 launches),
-the bandwidth that is (state read + written) / time, and the largest difference between the two sides' states
-after one fold from the same inputs.
+Per path length and tile: us per launch (median over replays of a CUDA graph of 10 launches), the bandwidth that
+is (state read + written) / time, and the largest difference from the reference side's states after one fold.
 """
 
 from __future__ import annotations
@@ -62,35 +68,49 @@ def time_us(fn, launches: int = 10, reps: int = 30) -> float:
     return statistics.median(times)
 
 
+def parse_tile(text: str) -> tuple[int, int, int]:
+    """'BKxBV:warps' -> (BK, BV, warps)."""
+    tile, _, warps = text.partition(":")
+    bk, _, bv = tile.partition("x")
+    return int(bk), int(bv), int(warps or 4)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--baseline", required=True, help="a copy of gdn_commit.py from an earlier commit")
+    parser.add_argument("--baseline", help="a copy of gdn_commit.py from an earlier commit (else: tiles only)")
+    parser.add_argument("--tiles", nargs="+", default=["128x32:4"], help="BKxBV:warps; the first is the reference")
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--lengths", nargs="+", type=int, default=[1, 4, 16], help="valid path entries")
     parser.add_argument("--path-width", type=int, default=16, help="P: the path tensor's width (a round's depth + 1)")
     parser.add_argument("--nodes", type=int, default=17, help="T: verify nodes the factors hold")
-    parser.add_argument("--bv", nargs="+", type=int, default=[32, 64])
     args = parser.parse_args()
-    base = load_module(args.baseline)
+    tiles = [parse_tile(t) for t in args.tiles]
+    base = load_module(args.baseline) if args.baseline else None
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     L, H, HV, K, V = args.layers, 16, 48, 128, 128
     state_bytes = L * HV * K * V * 4
+    bw = 2 * state_bytes / 1e3
     print(f"L {L}, HV {HV}, K {K}, V {V}: {state_bytes / 1e6:.0f} MB of state, read and written; T {args.nodes}, "
           f"P {args.path_width}")  # fmt: skip
-    print(f"{'length':>6} {'BV':>4} {'baseline us':>12} {'GB/s':>6} {'new us':>8} {'GB/s':>6} {'new/base':>8} "
-          f"{'max |diff|':>10}")  # fmt: skip
+    print(f"{'length':>6} {'side':>9} {'BKxBV:w':>10} {'us':>8} {'GB/s':>6} {'/ first':>8} {'max |diff|':>10}")
     for length in args.lengths:
-        for bv in args.bv:
-            k, delta, G, path, state = inputs(L, args.nodes, length, args.path_width, H, HV, K, V)
-            a, b = state.clone(), state.clone()
-            base.gdn_tree_commit_stacked(k, delta, G, path, a, BV=bv)
-            gdn_commit.gdn_tree_commit_stacked(k, delta, G, path, b, BV=bv)
-            diff = (a - b).abs().max().item()
-            t_base = time_us(lambda: base.gdn_tree_commit_stacked(k, delta, G, path, a, BV=bv))  # noqa: B023
-            t_new = time_us(lambda: gdn_commit.gdn_tree_commit_stacked(k, delta, G, path, b, BV=bv))  # noqa: B023
-            bw = 2 * state_bytes / 1e3
-            print(f"{length:>6} {bv:>4} {t_base:12.2f} {bw / t_base:6.0f} {t_new:8.2f} {bw / t_new:6.0f} "
-                  f"{t_new / t_base:8.3f} {diff:10.2e}", flush=True)  # fmt: skip
+        k, delta, G, path, state = inputs(L, args.nodes, length, args.path_width, H, HV, K, V)
+        sides = [("shipped", gdn_commit, t) for t in tiles] + ([("baseline", base, tiles[0])] if base else [])
+        want, first = None, None
+        for name, module, (bk, bv, warps) in sides:
+            out = state.clone()
+
+            def fold(out=out, module=module, bk=bk, bv=bv, warps=warps, factors=(k, delta, G, path)):
+                kw = dict(BK=bk, BV=bv, num_warps=warps) if module is gdn_commit else dict(BV=bv)
+                module.gdn_tree_commit_stacked(*factors, out, **kw)
+
+            fold()
+            want = out.clone() if want is None else want
+            diff = (out - want).abs().max().item()
+            us = time_us(fold)
+            first = first or us
+            print(f"{length:>6} {name:>9} {f'{bk}x{bv}:{warps}':>10} {us:8.2f} {bw / us:6.0f} {us / first:8.3f} "
+                  f"{diff:10.2e}", flush=True)  # fmt: skip
     return 0
 
 

@@ -75,6 +75,17 @@ def test_stacked_commit_of_long_paths(lengths, pad) -> None:
     assert_close("states", want_states, states, 1e-5)
 
 
+@pytest.mark.parametrize("bk, bv", [(16, 16), (16, 128), (None, 16)], ids=["16x16", "rows-16", "cols-16"])
+def test_stacked_commit_tiles(bk, bv) -> None:
+    """Any state tile (key rows x value columns, clipped to the state) gives the per-layer references' states,
+    on a path past one chunk: the fold is separable in both dimensions."""
+    k, delta, G, x, _, states, convs = make_case(2, 2, 21, seed=13, extra_pad=0, **SHAPE)
+    path = torch.tensor([list(range(19)) + [-1] * 2, [0, 2, 5] + [-1] * 18], device=DEVICE)
+    want_states, _ = per_layer_reference(k, delta, G, x, path, states, convs)
+    wt.gdn_tree_commit_stacked(k, delta, G, path, states, BK=bk, BV=bv, num_warps=2)
+    assert_close("states", want_states, states, 1e-5)
+
+
 def test_row_views_of_a_bigger_stack_commit_only_their_rows() -> None:
     """Rows [1, 3) of a 4-row stack (what batched decoding's row views hold): the other rows stay as they were."""
     k, delta, G, x, path, states, convs = make_case(2, 4, 11, seed=5, extra_pad=1, **SHAPE)

@@ -5,8 +5,10 @@ For the accepted leaf l (the last valid entry of `path`)::
     H* = exp(G_l) H0 + sum_{j on path} exp(G_l - G_j) k_j Delta_j^T
 
 from the per-node factors (k, Delta, G) that the tree pass kept; no replay of the layer. One program per
-(value block, batch row x value head) holds a [K, BV] fp32 block of the new state; the path is walked in
-chunks of BP nodes (only the valid ones) and each chunk adds one [K, BP] x [BP, BV] dot.
+(state tile, batch row x value head) holds a [BK, BV] fp32 tile of the new state (key rows x value columns);
+the path is walked in chunks of BP nodes (only the valid ones) and each chunk adds one [BK, BP] x [BP, BV]
+dot. The fold is separable in both dimensions, so the tiling is a launch choice: [K, BV] tiles (the shipped
+default) read BV-column strips of every row, [BK, V] tiles read whole rows, contiguous.
 
 `gdn_tree_commit_stacked` folds every GDN layer at once (the grid's third axis is the layer) into the stacked
 state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [K, BV] block of H0 that it
@@ -49,7 +51,8 @@ def gdn_commit_kernel(
     PREC: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    i_v, i_bh, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_t, i_bh, i_l = tl.program_id(0), tl.program_id(1), tl.program_id(2).to(tl.int64)
+    i_k, i_v = i_t // tl.cdiv(V, BV), i_t % tl.cdiv(V, BV)
     i_b, i_hv = (i_bh // HV).to(tl.int64), i_bh % HV
     aux_k += i_l * B * T * H * K  # layer i_l of the stacked factors (0 for one layer)
     aux_delta += i_l * B * T * HV * V
@@ -57,7 +60,7 @@ def gdn_commit_kernel(
     h0 += i_l * stride_hl
     h_out += i_l * stride_hl
     i_h = i_hv // (HV // H)
-    o_k = tl.arange(0, BK)
+    o_k = i_k * BK + tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
     m_k = o_k < K
     m_v = o_v < V
@@ -94,13 +97,20 @@ def gdn_commit_kernel(
     tl.store(h_out + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :], b_h, mask=m_k[:, None] & m_v[None, :])
 
 
+def _tile(K: int, V: int, BK: int | None, BV: int) -> tuple[int, int]:
+    """The state tile per program: BK key rows (None: all of K) x BV value columns, each clipped to the state."""
+    return min(BK or next_pow2(K), next_pow2(K)), min(BV, next_pow2(V))
+
+
 def gdn_tree_commit(
     aux: GDNTreeAux,
     path: torch.Tensor,
     initial_state: torch.Tensor | None,
     *,
     precision: str = "ieee",
+    BK: int | None = None,
     BV: int = 32,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     """State after the last node of `path`; same contract as `weaver.ops.gdn.gdn_tree_commit`.
 
@@ -110,7 +120,8 @@ def gdn_tree_commit(
             a row with none gives H0 back).
         initial_state: [B, HV, K, V], the state passed to gdn_tree; None means zeros.
         precision: fp32 dot precision of the fold ('ieee' default; see _utils.PRECISIONS).
-        BV: value columns per program.
+        BK, BV: the state tile per program, key rows (None: all K) x value columns (powers of two >= 16).
+        num_warps: warps per program.
     Returns:
         h: [B, HV, K, V] float32.
     """
@@ -129,11 +140,11 @@ def gdn_tree_commit(
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     h = torch.empty(B, HV, K, V, dtype=torch.float32, device=k.device)
-    BV = min(BV, next_pow2(V))
-    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, 1)](
+    BK, BV = _tile(K, V, BK, BV)
+    gdn_commit_kernel[(triton.cdiv(K, BK) * triton.cdiv(V, BV), B * HV, 1)](
         k, delta, G, path, initial_state if initial_state is not None else h, h, B, T, path.shape[1], 0,
-        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=initial_state is not None,
-        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
+        H=H, HV=HV, K=K, V=V, BP=16, BK=BK, BV=BV, USE_H0=initial_state is not None,
+        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=num_warps,
     )  # fmt: skip
     return h
 
@@ -146,7 +157,9 @@ def gdn_tree_commit_stacked(
     state: torch.Tensor,
     *,
     precision: str = "ieee",
+    BK: int | None = None,
     BV: int = 32,
+    num_warps: int = 4,
 ) -> None:
     """Every layer's state after the last node of `path`, written into `state` in place: one launch for L layers.
 
@@ -157,7 +170,7 @@ def gdn_tree_commit_stacked(
             factors every layer's `gdn_tree` wrote).
         path: integer tensor [B, P], node ids root..leaf, right-padded with -1 (shared by every layer).
         state: [L, B, HV, K, V] float32, each layer's [B, HV, K, V] contiguous (rows of a bigger stack are fine).
-        precision, BV: as `gdn_tree_commit`.
+        precision, BK, BV, num_warps: as `gdn_tree_commit`.
     """
     if k.dim() != 5 or delta.dim() != 5 or state.dim() != 5:
         raise ValueError(
@@ -179,9 +192,9 @@ def gdn_tree_commit_stacked(
         raise ValueError(f"path must be [B, P] with B = {B} and P >= 1, got {tuple(path.shape)}")
     check_device(k, delta, G, path, state)
     path = path.contiguous()
-    BV = min(BV, next_pow2(V))
-    gdn_commit_kernel[(triton.cdiv(V, BV), B * HV, L)](
+    BK, BV = _tile(K, V, BK, BV)
+    gdn_commit_kernel[(triton.cdiv(K, BK) * triton.cdiv(V, BV), B * HV, L)](
         k, delta, G, path, state, state, B, T, path.shape[1], state.stride(0),
-        H=H, HV=HV, K=K, V=V, BP=16, BK=next_pow2(K), BV=BV, USE_H0=True,
-        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=4,
+        H=H, HV=HV, K=K, V=V, BP=16, BK=BK, BV=BV, USE_H0=True,
+        PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=num_warps,
     )  # fmt: skip
