@@ -8,6 +8,7 @@
     ... --verify --T       # the tree verify's RoPE table, RoPE + K/V write, attention with RoPE inside
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
+    ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -41,6 +42,7 @@ vt = importlib.import_module("weaver.kernels.triton.vocab_top1")
 vf = importlib.import_module("weaver.kernels.triton.tree_attention")
 pt = importlib.import_module("weaver.kernels.triton.pool_top")
 qr = importlib.import_module("weaver.kernels.triton.qkv_rope")
+gc = importlib.import_module("weaver.kernels.triton.gdn_commit")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -309,6 +311,20 @@ def check_qkv_rope() -> list[str]:
     return out
 
 
+def check_commit() -> list[str]:
+    """The stacked GDN commit fold at the 27B GDN shape (H=16, HV=48, K=V=128, fp32 state) for each state tile
+    `scripts/gpu/gdn_commit_ab.py --tiles` times: registers and spills."""
+    args = dict(aux_k="*fp32", aux_delta="*fp32", aux_G="*fp32", path="*i64", h0="*fp32", h_out="*fp32", B="i32",
+                T="i32", P="i32", stride_hl="i64")  # fmt: skip
+    out = []
+    for bk, bv, warps in ((128, 32, 4), (32, 128, 4), (16, 128, 4), (32, 128, 8), (64, 64, 4), (128, 16, 2)):
+        const = dict(H=16, HV=48, K=128, V=128, BP=16, BK=bk, BV=bv, USE_H0=True,
+                     PREC=precision_code("ieee", torch.float32), INTERPRET=False)  # fmt: skip
+        kern = compile_kernel(gc.gdn_commit_kernel, args, const, warps)
+        out.append(report(f"gdn_commit BK={bk} BV={bv} warps={warps}", kern))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--T", type=int, nargs="*", default=[16, 32, 64, 128, 256], help="none: no GDN kernels")
@@ -331,6 +347,7 @@ def main() -> None:
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
+    parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",
                         help="also the default config as `weaver bench kernels` launches it (no raw gates, no l2norm)")
     args = parser.parse_args()
@@ -339,7 +356,8 @@ def main() -> None:
               (args.adapter_gemv, check_adapter_gemv), (args.frontier, check_weaver_frontier),
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
               (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
-              (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope))  # fmt: skip
+              (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope),
+              (args.commit, check_commit))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)
