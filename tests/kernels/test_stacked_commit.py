@@ -111,6 +111,8 @@ def test_stacked_commit_rejects_bad_inputs() -> None:
         wt.gdn_tree_commit_stacked(k.transpose(1, 2).contiguous().transpose(1, 2), delta, G, path, states)
     with pytest.raises(ValueError, match="path"):
         wt.gdn_tree_commit_stacked(k, delta, G, path[0], states)
+    with pytest.raises(ValueError, match="BK must be a power of two"):
+        wt.gdn_tree_commit_stacked(k, delta, G, path, states, BK=24)
     with pytest.raises(ValueError, match="matching"):
         wt.conv_state_commit_stacked(x, path, convs[:1])
     with pytest.raises(ValueError, match="one dtype"):

@@ -11,7 +11,7 @@ dot. The fold is separable in both dimensions, so the tiling is a launch choice:
 default) read BV-column strips of every row, [BK, V] tiles read whole rows, contiguous.
 
 `gdn_tree_commit_stacked` folds every GDN layer at once (the grid's third axis is the layer) into the stacked
-state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [K, BV] block of H0 that it
+state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [BK, BV] tile of H0 that it
 writes, no other program touches that block, and every stored element is computed from the load of that same
 element (a data dependence), so no element is overwritten before it has been read.
 """
@@ -99,6 +99,9 @@ def gdn_commit_kernel(
 
 def _tile(K: int, V: int, BK: int | None, BV: int) -> tuple[int, int]:
     """The state tile per program: BK key rows (None: all of K) x BV value columns, each clipped to the state."""
+    for name, size in (("BK", BK or 1), ("BV", BV)):
+        if size < 1 or size & (size - 1):
+            raise ValueError(f"{name} must be a power of two, got {size}")
     return min(BK or next_pow2(K), next_pow2(K)), min(BV, next_pow2(V))
 
 
@@ -120,7 +123,7 @@ def gdn_tree_commit(
             a row with none gives H0 back).
         initial_state: [B, HV, K, V], the state passed to gdn_tree; None means zeros.
         precision: fp32 dot precision of the fold ('ieee' default; see _utils.PRECISIONS).
-        BK, BV: the state tile per program, key rows (None: all K) x value columns (powers of two >= 16).
+        BK, BV: the state tile per program, key rows (None: all K) x value columns (powers of two).
         num_warps: warps per program.
     Returns:
         h: [B, HV, K, V] float32.
