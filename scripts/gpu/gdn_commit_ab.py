@@ -95,7 +95,9 @@ def main() -> int:
     print(f"{'length':>6} {'side':>9} {'BKxBV:w':>10} {'us':>8} {'GB/s':>6} {'/ first':>8} {'max |diff|':>10}")
     for length in args.lengths:
         k, delta, G, path, state = inputs(L, args.nodes, length, args.path_width, H, HV, K, V)
-        sides = [("shipped", gdn_commit, t) for t in tiles] + ([("baseline", base, tiles[0])] if base else [])
+        # the baseline kernel holds all K rows with 4 warps; only its BV is a launch choice
+        sides = [("shipped", gdn_commit, t) for t in tiles]
+        sides += [("baseline", base, (K, tiles[0][1], 4))] if base else []
         want, first = None, None
         for name, module, (bk, bv, warps) in sides:
             out = state.clone()

@@ -97,12 +97,14 @@ def gdn_commit_kernel(
     tl.store(h_out + ((i_b * HV + i_hv) * K + o_k[:, None]) * V + o_v[None, :], b_h, mask=m_k[:, None] & m_v[None, :])
 
 
-def _tile(K: int, V: int, BK: int | None, BV: int) -> tuple[int, int]:
-    """The state tile per program: BK key rows (None: all of K) x BV value columns, each clipped to the state."""
-    for name, size in (("BK", BK or 1), ("BV", BV)):
-        if size < 1 or size & (size - 1):
+def _tile(K: int, V: int, BK: int | None, BV: int) -> tuple[int, int, int]:
+    """The state tile per program, BK key rows (None: all of K) x BV value columns, each clipped to the state,
+    and the number of tiles a [K, V] state holds (the grid's first axis)."""
+    for name, size in (("BK", BK), ("BV", BV)):
+        if size is not None and (size < 1 or size & (size - 1)):
             raise ValueError(f"{name} must be a power of two, got {size}")
-    return min(BK or next_pow2(K), next_pow2(K)), min(BV, next_pow2(V))
+    BK, BV = min(BK or next_pow2(K), next_pow2(K)), min(BV, next_pow2(V))
+    return BK, BV, triton.cdiv(K, BK) * triton.cdiv(V, BV)
 
 
 def gdn_tree_commit(
@@ -143,8 +145,8 @@ def gdn_tree_commit(
     if initial_state is not None:
         initial_state = initial_state.contiguous()
     h = torch.empty(B, HV, K, V, dtype=torch.float32, device=k.device)
-    BK, BV = _tile(K, V, BK, BV)
-    gdn_commit_kernel[(triton.cdiv(K, BK) * triton.cdiv(V, BV), B * HV, 1)](
+    BK, BV, tiles = _tile(K, V, BK, BV)
+    gdn_commit_kernel[(tiles, B * HV, 1)](
         k, delta, G, path, initial_state if initial_state is not None else h, h, B, T, path.shape[1], 0,
         H=H, HV=HV, K=K, V=V, BP=16, BK=BK, BV=BV, USE_H0=initial_state is not None,
         PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=num_warps,
@@ -195,8 +197,8 @@ def gdn_tree_commit_stacked(
         raise ValueError(f"path must be [B, P] with B = {B} and P >= 1, got {tuple(path.shape)}")
     check_device(k, delta, G, path, state)
     path = path.contiguous()
-    BK, BV = _tile(K, V, BK, BV)
-    gdn_commit_kernel[(triton.cdiv(K, BK) * triton.cdiv(V, BV), B * HV, L)](
+    BK, BV, tiles = _tile(K, V, BK, BV)
+    gdn_commit_kernel[(tiles, B * HV, L)](
         k, delta, G, path, state, state, B, T, path.shape[1], state.stride(0),
         H=H, HV=HV, K=K, V=V, BP=16, BK=BK, BV=BV, USE_H0=True,
         PREC=precision_code(precision, torch.float32), INTERPRET=interpreting(), num_warps=num_warps,
