@@ -78,7 +78,7 @@ def parse_tile(text: str) -> tuple[int, int, int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", help="a copy of gdn_commit.py from an earlier commit (else: tiles only)")
-    parser.add_argument("--tiles", nargs="+", default=["128x32:4"], help="BKxBV:warps; the first is the reference")
+    parser.add_argument("--tiles", nargs="+", default=["64x64:4"], help="BKxBV:warps; the first is the reference")
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--lengths", nargs="+", type=int, default=[1, 4, 16], help="valid path entries")
     parser.add_argument("--path-width", type=int, default=16, help="P: the path tensor's width (a round's depth + 1)")

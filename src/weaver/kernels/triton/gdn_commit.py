@@ -7,8 +7,10 @@ For the accepted leaf l (the last valid entry of `path`)::
 from the per-node factors (k, Delta, G) that the tree pass kept; no replay of the layer. One program per
 (state tile, batch row x value head) holds a [BK, BV] fp32 tile of the new state (key rows x value columns);
 the path is walked in chunks of BP nodes (only the valid ones) and each chunk adds one [BK, BP] x [BP, BV]
-dot. The fold is separable in both dimensions, so the tiling is a launch choice: [K, BV] tiles (the shipped
-default) read BV-column strips of every row, [BK, V] tiles read whole rows, contiguous.
+dot. The fold is separable in both dimensions, so the tiling is a launch choice: [K, BV] tiles read BV-column
+strips of every row, [BK, V] tiles read whole rows, contiguous. The default, [64, 64] with 4 warps, was the
+fastest of six tiles at the 27B shape on an H100 (0.89-0.92x the [128, 32] tile it replaced, at paths of 1-16;
+benchmarks/results/kernels/h100_session39/).
 
 `gdn_tree_commit_stacked` folds every GDN layer at once (the grid's third axis is the layer) into the stacked
 state [L, B, HV, K, V] in place. In place is safe: a program reads exactly the [BK, BV] tile of H0 that it
@@ -113,8 +115,8 @@ def gdn_tree_commit(
     initial_state: torch.Tensor | None,
     *,
     precision: str = "ieee",
-    BK: int | None = None,
-    BV: int = 32,
+    BK: int | None = 64,
+    BV: int = 64,
     num_warps: int = 4,
 ) -> torch.Tensor:
     """State after the last node of `path`; same contract as `weaver.ops.gdn.gdn_tree_commit`.
@@ -125,7 +127,8 @@ def gdn_tree_commit(
             a row with none gives H0 back).
         initial_state: [B, HV, K, V], the state passed to gdn_tree; None means zeros.
         precision: fp32 dot precision of the fold ('ieee' default; see _utils.PRECISIONS).
-        BK, BV: the state tile per program, key rows (None: all K) x value columns (powers of two).
+        BK, BV: the state tile per program, key rows (None: all K) x value columns (powers of two; the
+            module docstring says why 64 x 64).
         num_warps: warps per program.
     Returns:
         h: [B, HV, K, V] float32.
@@ -162,8 +165,8 @@ def gdn_tree_commit_stacked(
     state: torch.Tensor,
     *,
     precision: str = "ieee",
-    BK: int | None = None,
-    BV: int = 32,
+    BK: int | None = 64,
+    BV: int = 64,
     num_warps: int = 4,
 ) -> None:
     """Every layer's state after the last node of `path`, written into `state` in place: one launch for L layers.
