@@ -99,6 +99,17 @@ def test_weaver_device_with_masked_candidates_is_a_prefix_of_the_reference_pops(
         assert (dev.valid[:, 1:] <= dev.valid[:, :-1]).all()  # valid nodes first, pads trailing
 
 
+def test_weaver_search_rounds_is_a_constant_under_compile() -> None:
+    """dynamo calls it, one cached call, rather than tracing its body (past an lru_cache wrapper, with a warning)."""
+    from weaver.speculative.builders.weaver import _search_rounds
+
+    _search_rounds.cache_clear()
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: x + weaver_search_rounds(x.shape[0], 4, 15, 16), backend="eager", fullgraph=True)
+    assert fn(torch.zeros(64))[0].item() == 16
+    assert _search_rounds.cache_info().misses == 1
+
+
 def test_weaver_search_rounds() -> None:
     assert weaver_search_rounds(0, 4, 15, 8) == 0
     assert weaver_search_rounds(64, 4, 15, 8) == 16  # paper setting: budget/w adapter calls

@@ -181,9 +181,18 @@ def _fewest_expanded(m: int, c: int, depth: int) -> int:
     return best
 
 
-@functools.lru_cache(maxsize=256)
+@torch.compiler.assume_constant_result
 def weaver_search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
-    """Pop rounds that cover every reference search of `nodes` non-root nodes (static: the module docstring)."""
+    """Pop rounds that cover every reference search of `nodes` non-root nodes (static: the module docstring).
+
+    A constant to torch.compile: dynamo calls it (the cache below serves every later round) instead of tracing
+    through an lru_cache wrapper, which it warns about in every compiled weaver build."""
+    return _search_rounds(nodes, width, depth, c)
+
+
+@functools.lru_cache(maxsize=256)
+def _search_rounds(nodes: int, width: int, depth: int, c: int) -> int:
+    """`weaver_search_rounds`, cached (up to ~18 ms of Python at w = 1, budget 512: too slow for each eager round)."""
     if nodes <= 0:
         return 0
     no_drain = all(c * (1 + _fewest_expanded(m, c, depth)) - m >= min(width, nodes - m) for m in range(0, nodes, width))
