@@ -29,6 +29,8 @@ from weaver.ops.gdn import GDNTreeAux
 
 __all__ = ["gdn_tree_commit", "gdn_tree_commit_stacked"]
 
+DEFAULT_BK, DEFAULT_BV = 64, 64  # the state tile both launchers default to (module docstring)
+
 
 @triton.jit(do_not_specialize=["T", "P"])
 def gdn_commit_kernel(
@@ -115,8 +117,8 @@ def gdn_tree_commit(
     initial_state: torch.Tensor | None,
     *,
     precision: str = "ieee",
-    BK: int | None = 64,
-    BV: int = 64,
+    BK: int | None = DEFAULT_BK,
+    BV: int = DEFAULT_BV,
     num_warps: int = 4,
 ) -> torch.Tensor:
     """State after the last node of `path`; same contract as `weaver.ops.gdn.gdn_tree_commit`.
@@ -165,8 +167,8 @@ def gdn_tree_commit_stacked(
     state: torch.Tensor,
     *,
     precision: str = "ieee",
-    BK: int | None = 64,
-    BV: int = 64,
+    BK: int | None = DEFAULT_BK,
+    BV: int = DEFAULT_BV,
     num_warps: int = 4,
 ) -> None:
     """Every layer's state after the last node of `path`, written into `state` in place: one launch for L layers.
