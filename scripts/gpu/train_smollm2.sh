@@ -21,7 +21,8 @@
 # Warm starts: DRAFTER_INIT / WEAVER_INIT (e.g. src/weaver/assets/smollm2-drafter) start a new run from trained
 # weights (`--init-from`), so runs add up across sessions; `regen` regenerates the data only.
 # WEAVER_RANK / WEAVER_HEADS / WEAVER_MLP set a new adapter's shape (a warm start keeps its own); DRAFTER_GROW
-# (with DRAFTER_INIT) appends drafter layers that start as the identity (`--grow-to`).
+# (with DRAFTER_INIT) appends drafter layers that start as the identity (`--grow-to`). WEAVER_GREEDY adds that
+# weight of the greedy-path CE to the adapter's loss (`--greedy-weight`, session 40).
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
 stage=${1:?calibrate, regen, drafter, more, finish, all, weaver or bench}
@@ -59,7 +60,7 @@ train_adapter() {
   timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
     --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
     --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --d-rank ${WEAVER_RANK:-512} --heads ${WEAVER_HEADS:-8} --mlp-dim ${WEAVER_MLP:-1024} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+    --greedy-weight ${WEAVER_GREEDY:-0} --d-rank ${WEAVER_RANK:-512} --heads ${WEAVER_HEADS:-8} --mlp-dim ${WEAVER_MLP:-1024} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
 }
 case $stage in
 more)  # the drafter run only, for DRAFTER_S more seconds; its final weights back as drafter_final.tar.*

@@ -345,6 +345,12 @@ def test_missing_package_names_the_pip_package(monkeypatch, module, package):
             sources.reasoning_gym_items("gsm_symbolic", 1, 0)
 
 
+def test_a_generator_that_fails_at_one_seed_loses_that_item_only():
+    """reasoning-gym's basic_arithmetic divides by zero at Random(5_000_293): a seed-4 build used to stop there."""
+    items = sources.reasoning_gym_items("basic_arithmetic", 3, 5_000_292)
+    assert [i for i, _ in items] == [0, 2] and all(item["question"] for _, item in items)
+
+
 def test_bad_builder_arguments():
     with pytest.raises(DataError, match="unknown training source"):
         data.build_training_prompts(mix={"alpaca": 1.0})

@@ -10,7 +10,7 @@ import weaver
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.train.drafter_task import DrafterTask, DrafterTaskConfig
 from weaver.train.shards import SequenceStore, read_shard, write_shard
-from weaver.train.weaver_task import WeaverTask, WeaverTaskConfig, pool_loss
+from weaver.train.weaver_task import WeaverTask, WeaverTaskConfig, greedy_path_loss, pool_loss
 
 
 @pytest.fixture(scope="module")
@@ -82,11 +82,11 @@ def test_drafter_task_saves_a_checkpoint_the_loader_reads(tmp_path, target, stor
                                                  strict=True))
 
 
-@pytest.mark.parametrize("variant", ["released", "learned"])
-def test_weaver_task_learns_the_teacher(target, store, variant) -> None:
+@pytest.mark.parametrize(("variant", "greedy_weight"), [("released", 0.0), ("learned", 0.0), ("released", 1.0)])
+def test_weaver_task_learns_the_teacher(target, store, variant, greedy_weight) -> None:
     drafter = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=5, seed=2)
     cfg = WeaverTaskConfig(d_rank=32, num_heads=4, mlp_dim=64, pool_size=16, anchors=4, batch_size=4,
-                           variant=variant)
+                           variant=variant, greedy_weight=greedy_weight)
     task = WeaverTask(target, drafter, store, cfg)
     losses, metrics = _steps(task, 25)
     assert all(torch.isfinite(torch.tensor(losses)))
@@ -106,6 +106,20 @@ def test_pool_loss_is_zero_at_the_teacher_and_lk_adds_tv() -> None:
     assert torch.allclose(pool_loss(s, t, valid, "lk") - pool_loss(s, t, valid, "kl"), tv, atol=1e-6)
     with pytest.raises(ValueError, match="kl"):
         pool_loss(s, t, valid, "mse")
+
+
+def test_greedy_path_loss_counts_greedy_chains_with_the_token_in_the_pool() -> None:
+    student = torch.randn(2, 3, 4)
+    pool = torch.tensor([[10, 11, 12, 13]]).repeat(2, 3, 1)
+    greedy = torch.tensor([[11, 12, 99], [13, 10, 11]])  # chain 0 depth 3: the argmax is not in the pool
+    chain = torch.tensor([[5, 11, 12], [5, 13, 12]])  # chain 1 drafts 12, not the greedy 10, at depth 2
+    valid = torch.ones(2, 3, dtype=torch.bool)
+    log_q = student.log_softmax(-1)
+    want = -(log_q[0, 0, 1] + log_q[0, 1, 2] + log_q[1, 0, 3] + log_q[1, 1, 0]) / 4
+    assert torch.allclose(greedy_path_loss(student, pool, greedy, chain, valid), want, atol=1e-6)
+    valid[1, 1] = False
+    want = -(log_q[0, 0, 1] + log_q[0, 1, 2] + log_q[1, 0, 3]) / 3
+    assert torch.allclose(greedy_path_loss(student, pool, greedy, chain, valid), want, atol=1e-6)
 
 
 def test_warm_start_loads_trained_weights_and_rejects_a_misfit(tmp_path, target, store) -> None:

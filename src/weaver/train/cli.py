@@ -97,6 +97,8 @@ def add_train_commands(sub) -> None:
                    help="released: RoPE + SwiGLU (the authors' checkpoint); learned: pos_emb + GELU")
     w.add_argument("--loss", default="kl", choices=["kl", "lk"], help="kl, or lk = KL + TV (acceptance)")
     w.add_argument("--tv-weight", type=float, default=1.0)
+    w.add_argument("--greedy-weight", type=float, default=0.0,
+                   help="add this x the CE of the target's greedy token along greedy chains (greedy trees)")
     w.add_argument("--anchors", type=int, default=16, help="chains per sequence and step")
     w.add_argument("--batch-size", type=int, default=16)
     w.add_argument("--max-len", type=int, default=1024)
@@ -161,7 +163,8 @@ def _cmd_train_weaver(args: argparse.Namespace) -> int:
     cfg = train_config(args)
     task_cfg = WeaverTaskConfig(d_rank=args.d_rank, num_heads=args.heads, mlp_dim=args.mlp_dim,
                                 pool_size=args.pool_size, variant=args.variant, loss=args.loss,
-                                tv_weight=args.tv_weight, anchors=args.anchors, batch_size=args.batch_size,
+                                tv_weight=args.tv_weight, greedy_weight=args.greedy_weight, anchors=args.anchors,
+                                batch_size=args.batch_size,
                                 grad_accum=cfg.grad_accum, max_len=args.max_len, init_from=args.init_from,
                                 seed=cfg.seed)
     target = _load_target(args)

@@ -153,7 +153,7 @@ def _eval_humaneval() -> list[EvalPrompt]:
 def _eval_gsm() -> list[EvalPrompt]:
     items = sources.reasoning_gym_items("gsm_symbolic", EVAL_GSM_SIZE, EVAL_GSM_SEED)
     return [EvalPrompt(f"gsm_symbolic-{i}", "gsm_symbolic", [_user(it["question"])], it["question"])
-            for i, it in enumerate(items)]
+            for i, it in items]
 
 
 def _sharegpt_eval_conversations(progress: bool = False) -> list[sources.Conversation]:
@@ -277,7 +277,7 @@ def _generated(name: str, seed: int, pool: int) -> Iterator[tuple[int, dict]]:
     base = _train_seed_base(seed)
     for start in range(0, pool, GENERATED_CHUNK):
         size = min(GENERATED_CHUNK, pool - start)
-        for i, item in enumerate(sources.reasoning_gym_items(name, size, base + start)):
+        for i, item in sources.reasoning_gym_items(name, size, base + start):
             yield base + start + i, item
 
 

@@ -6,6 +6,10 @@ teacher-forced along the target's own continuation x_a, x_{a+1}, ... (`WeaverAda
 scores the pool; the teacher is the target's next-token distribution at position a+d-1 restricted to that
 pool (one target forward over the sequence gives every depth). Loss: KL(teacher || adapter), or "lk", which
 adds the total-variation distance: 1 - TV is a sampled node's acceptance probability, so it targets acceptance.
+`greedy_weight` adds a cross-entropy on the target's greedy token along chains that follow the greedy path: greedy
+verification accepts a node only when its path is the target's argmax path, so a tree ranks nodes best by
+P(token = argmax | ancestors), which that term estimates and the soft teacher does not (a 0.6 / 0.4 split
+whose argmax never changes is worth 1.0 / 0.0 to a greedy tree).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from weaver.speculative.weaver_layers import RELEASED
 from weaver.train.anchors import anchored_batch, draft_at_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
 
-__all__ = ["WeaverTask", "WeaverTaskConfig", "WeaverTrainer", "pool_loss"]
+__all__ = ["WeaverTask", "WeaverTaskConfig", "WeaverTrainer", "greedy_path_loss", "pool_loss"]
 
 
 @dataclass
@@ -40,6 +44,7 @@ class WeaverTaskConfig:
     variant: str = "released"  # "released" (RoPE + SwiGLU) or "learned" (pos_emb + GELU)
     loss: str = "kl"  # "kl" or "lk" (KL + tv_weight * TV)
     tv_weight: float = 1.0
+    greedy_weight: float = 0.0  # + this x greedy_path_loss (0: the soft teacher alone)
     anchors: int = 16  # per sequence and step
     batch_size: int = 16
     grad_accum: int = 1
@@ -64,6 +69,22 @@ def pool_loss(student: torch.Tensor, teacher_logits: torch.Tensor, valid: torch.
     return (per * w).sum() / w.sum().clamp(min=1.0)
 
 
+def greedy_path_loss(student: torch.Tensor, pool_ids: torch.Tensor, greedy: torch.Tensor, chain: torch.Tensor,
+                     valid: torch.Tensor) -> torch.Tensor:
+    """Mean CE of the target's greedy token where every ancestor is greedy and the token is in the pool.
+
+    student, pool_ids: [C, D, K]; greedy: [C, D] (depth d's argmax); chain: [C, D] (x_a, then depth d's parent);
+    the chain is teacher-forced along the regenerated reply, which a sampled reply leaves after its first
+    non-greedy token: depths past it are not on the path a greedy tree must find, so they do not count."""
+    match = chain[:, 1:] == greedy[:, :-1]  # depth d+1's parent is depth d's greedy token
+    on_path = torch.cat([torch.ones_like(match[:, :1]), match.long().cumprod(-1).bool()], dim=1)
+    hit = pool_ids == greedy[..., None]
+    label = hit.long().argmax(-1, keepdim=True)
+    ce = -torch.log_softmax(student.float(), dim=-1).gather(-1, label).squeeze(-1)
+    w = (valid & on_path & hit.any(-1)).float()
+    return (ce * w).sum() / w.sum().clamp(min=1.0)
+
+
 class WeaverTrainer(nn.Module):
     """The module DDP wraps: forward = the pool loss of teacher-forced chains and per-depth top-1 agreement."""
 
@@ -79,6 +100,8 @@ class WeaverTrainer(nn.Module):
         a.residual_lm_head = lm_head_weight.to(a.lm_head_query_in.weight.dtype) @ a.lm_head_query_in.weight
         student = a(target_hidden, draft_hidden, chain, pool_ids, pool_prior)  # [C, D, K] float32
         loss = pool_loss(student, teacher, valid, self.cfg.loss, self.cfg.tv_weight)
+        if self.cfg.greedy_weight:
+            loss = loss + self.cfg.greedy_weight * greedy_path_loss(student, pool_ids, greedy, chain, valid)
         with torch.no_grad():
             pick = pool_ids.gather(-1, student.argmax(-1, keepdim=True)).squeeze(-1)  # adapter's top token
             prior_pick = pool_ids.gather(-1, pool_prior.argmax(-1, keepdim=True)).squeeze(-1)
