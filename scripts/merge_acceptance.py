@@ -1,6 +1,8 @@
 """Merge `weaver bench acceptance` reports run apart (one workload, method or slice of prompts per run, same code
 and weights) into one table: tau per workload (the mean over every run's prompts of it; the header gives how
-many) and macro for every run key, greedy equality with ar, and the issue-17 ratios.
+many) and macro for every run key, greedy equality with ar, and the issue-17 ratios. A prompt measured by several runs
+counts once, as the last run given measured it: old reports first, then a rerun of one method with new weights,
+give the new method against the old others.
 
     python3 scripts/merge_acceptance.py RUN_DIR... [--ratios weaver/64:chain/15 weaver/64:ddtree/64] > table.md
 """
@@ -23,7 +25,7 @@ def main() -> int:
     # (run key, workload) -> prompt id -> tau: a workload split over several runs pools its prompts (a report's
     # own per-workload tau is this mean over its records); a prompt measured twice counts once (the last run)
     prompts: dict[str, dict[str, dict[str, float]]] = {}
-    equal: dict[str, list[int]] = {}
+    equal: dict[str, dict[tuple[str, str], bool]] = {}  # the same last-run rule: (workload, id) -> equal to ar
     for run in args.runs:
         report = json.loads((Path(run) / "report.json").read_text())
         for record in report["records"]:
@@ -31,9 +33,7 @@ def main() -> int:
                 key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
                 prompts.setdefault(key, {}).setdefault(record["workload"], {})[record["id"]] = r["tau"]
                 if "equal_to_ar" in r:
-                    counts = equal.setdefault(key, [0, 0])
-                    counts[0] += bool(r["equal_to_ar"])
-                    counts[1] += 1
+                    equal.setdefault(key, {})[(record["workload"], record["id"])] = bool(r["equal_to_ar"])
     tau = {key: {w: statistics.mean(ids.values()) for w, ids in per.items()} for key, per in prompts.items()}
     workloads = sorted({w for per in tau.values() for w in per})
     sizes = {w: max(len(per[w]) for per in prompts.values() if w in per) for w in workloads}  # prompts a workload
@@ -43,7 +43,7 @@ def main() -> int:
     for key, per in tau.items():
         cells = " | ".join(f"{per[w]:.3f}" if w in per else "" for w in workloads)
         macro[key] = statistics.mean(per.values()) if set(per) == set(workloads) else None
-        eq = f"{equal[key][0]} of {equal[key][1]}" if key in equal else ""
+        eq = f"{sum(equal[key].values())} of {len(equal[key])}" if key in equal else ""
         print(f"| {key} | {cells} | {'' if macro[key] is None else f'{macro[key]:.3f}'} | {eq} |")
     for pair in args.ratios:
         a, b = pair.split(":")
