@@ -112,7 +112,7 @@ def test_greedy_path_loss_counts_greedy_chains_with_the_token_in_the_pool() -> N
     student = torch.randn(2, 3, 4)
     pool = torch.tensor([[10, 11, 12, 13]]).repeat(2, 3, 1)
     greedy = torch.tensor([[11, 12, 99], [13, 10, 11]])  # chain 0 depth 3: the argmax is not in the pool
-    chain = torch.tensor([[5, 11, 12], [5, 13, 12]])  # chain 1 drafts 12, not the greedy 10, at depth 2
+    chain = torch.tensor([[5, 11, 12], [5, 13, 12]])  # chain 1's reply has 12, not the greedy 10, at depth 2
     valid = torch.ones(2, 3, dtype=torch.bool)
     log_q = student.log_softmax(-1)
     want = -(log_q[0, 0, 1] + log_q[0, 1, 2] + log_q[1, 0, 3] + log_q[1, 1, 0]) / 4

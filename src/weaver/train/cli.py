@@ -164,9 +164,8 @@ def _cmd_train_weaver(args: argparse.Namespace) -> int:
     task_cfg = WeaverTaskConfig(d_rank=args.d_rank, num_heads=args.heads, mlp_dim=args.mlp_dim,
                                 pool_size=args.pool_size, variant=args.variant, loss=args.loss,
                                 tv_weight=args.tv_weight, greedy_weight=args.greedy_weight, anchors=args.anchors,
-                                batch_size=args.batch_size,
-                                grad_accum=cfg.grad_accum, max_len=args.max_len, init_from=args.init_from,
-                                seed=cfg.seed)
+                                batch_size=args.batch_size, grad_accum=cfg.grad_accum, max_len=args.max_len,
+                                init_from=args.init_from, seed=cfg.seed)
     target = _load_target(args)
     drafter = DFlashDrafter.from_pretrained(args.drafter)
     adapter = adapter_init(args.init_from, target, drafter) if args.init_from else None
