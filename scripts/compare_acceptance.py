@@ -8,23 +8,9 @@ tau per method and workload over the prompts both sets measured, so a 40-prompt 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
-from weaver.bench.acceptance import run_key
-
-
-def per_prompt(run_dirs: list[str]) -> dict[tuple[str, str, str], dict]:
-    """(run key, workload, prompt id) -> that run's record, over every report.json given (a weaver width or a T=1
-    run keeps its own key, as in the reports' summaries)."""
-    out = {}
-    for run in run_dirs:
-        for record in json.loads((Path(run) / "report.json").read_text())["records"]:
-            for r in record["runs"]:
-                key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
-                out[(key, record["workload"], record["id"])] = r
-    return out
+from weaver.bench.acceptance import runs_by_prompt
 
 
 def main() -> int:
@@ -32,7 +18,7 @@ def main() -> int:
     parser.add_argument("--old", nargs="+", required=True, help="directories holding a report.json")
     parser.add_argument("--new", nargs="+", required=True, help="directories holding a report.json")
     args = parser.parse_args()
-    old, new = per_prompt(args.old), per_prompt(args.new)
+    old, new = runs_by_prompt(args.old), runs_by_prompt(args.new)
     pairs: dict[tuple[str, str], list[tuple[float, float]]] = {}
     for key, r in sorted(new.items()):
         if key in old:

@@ -10,11 +10,9 @@ give the new method against the old others.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-from pathlib import Path
 
-from weaver.bench.acceptance import run_key
+from weaver.bench.acceptance import runs_by_prompt
 
 
 def main() -> int:
@@ -26,14 +24,10 @@ def main() -> int:
     # own per-workload tau is this mean over its records); a prompt measured twice counts once (the last run)
     prompts: dict[str, dict[str, dict[str, float]]] = {}
     equal: dict[str, dict[tuple[str, str], bool]] = {}  # the same last-run rule: (workload, id) -> equal to ar
-    for run in args.runs:
-        report = json.loads((Path(run) / "report.json").read_text())
-        for record in report["records"]:
-            for r in record["runs"]:
-                key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
-                prompts.setdefault(key, {}).setdefault(record["workload"], {})[record["id"]] = r["tau"]
-                if "equal_to_ar" in r:
-                    equal.setdefault(key, {})[(record["workload"], record["id"])] = bool(r["equal_to_ar"])
+    for (key, workload, prompt_id), r in runs_by_prompt(args.runs).items():
+        prompts.setdefault(key, {}).setdefault(workload, {})[prompt_id] = r["tau"]
+        if "equal_to_ar" in r:
+            equal.setdefault(key, {})[(workload, prompt_id)] = bool(r["equal_to_ar"])
     tau = {key: {w: statistics.mean(ids.values()) for w, ids in per.items()} for key, per in prompts.items()}
     workloads = sorted({w for per in tau.values() for w in per})
     sizes = {w: max(len(per[w]) for per in prompts.values() if w in per) for w in workloads}  # prompts a workload

@@ -75,14 +75,13 @@ def test_chat_template_gets_messages_and_its_switches():
     assert info.value.status == 400 and "template says no" in info.value.message
 
 
-def _wait_until_b_is_in(url: str, a_lines: list[str], timeout: float = 15.0) -> None:
+def _wait_until_b_is_in(srv: Server, a_lines: list[str], timeout: float = 15.0) -> None:
     """Until the server holds B: queued behind A, or running once A is done (a fixed 0.1 s sleep lost the race on a
     loaded 2-core box: B's connection came after the server stopped accepting)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        metrics = httpx.get(url + "/metrics", timeout=5).text
-        if "weaver_queue_depth 1.0" in metrics or (a_lines[-1:] == ["data: [DONE]"] and
-                                                    "weaver_requests_running 1.0" in metrics):  # fmt: skip
+        if srv.metric("weaver_queue_depth") == 1 or (a_lines[-1:] == ["data: [DONE]"] and
+                                                     srv.metric("weaver_requests_running") == 1):  # fmt: skip
             return
         time.sleep(0.02)
     raise AssertionError(f"request B never reached the server in {timeout} s")
@@ -119,7 +118,7 @@ def test_sigterm_finishes_in_flight_cancels_the_rest_and_exits_0(tmp_path):
     assert first.wait(20)
     b = threading.Thread(target=plain_b)
     b.start()
-    _wait_until_b_is_in(srv.url, a_lines)
+    _wait_until_b_is_in(srv, a_lines)
     t0 = time.monotonic()
     code = srv.stop(timeout=20)
     took = time.monotonic() - t0

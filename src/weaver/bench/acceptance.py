@@ -161,6 +161,18 @@ def run_key(method: str, budget: int, width: int | None = None, greedy: bool = T
     return f"{method}/{budget}" + (f"/w{width}" if width else "") + ("" if greedy else f"/T=1/{rule}")
 
 
+def runs_by_prompt(run_dirs: list[str]) -> dict[tuple[str, str, str], dict]:
+    """(run key, workload, prompt id) -> that run's record, over the report.json of every directory given; a prompt
+    measured by several reports keeps the last one's (the scripts that merge or compare reports read them so)."""
+    out = {}
+    for run in run_dirs:
+        for record in json.loads((Path(run) / "report.json").read_text())["records"]:
+            for r in record["runs"]:
+                key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
+                out[(key, record["workload"], record["id"])] = r
+    return out
+
+
 def summarise(records: list[dict]) -> dict:
     """Per (run key): per workload mean tau / tok/s / acceptance rate per depth, the macro-average, and the median
     prefill and per-round milliseconds over every prompt."""
