@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import statistics
 import time
 
@@ -78,9 +79,9 @@ def summarise(runs: list[str], baselines: list[str], aliases: dict[str, str] | N
         for rec in json.load(open(path))["records"]:
             for variant, run in rec["runs"].items():
                 variant = (aliases or {}).get(variant, variant)
-                b = base[rec["id"]]
+                b = base.get(rec["id"], {})  # held-in prompts have no baseline records: their columns are nan
                 per.setdefault((variant, rec["workload"]), {})[rec["id"]] = (
-                    run["tau"], b["weaver"], b["ddtree"], b["chain"], run["equal"])
+                    run["tau"], *(b.get(m, math.nan) for m in ("weaver", "ddtree", "chain")), run["equal"])
     per = {key: list(by_id.values()) for key, by_id in per.items()}
     print("| variant | workload | prompts | tau | baseline weaver | ddtree | chain | equal to ar |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
