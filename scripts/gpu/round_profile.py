@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import weaver
 from weaver.bench.scale import NAMED, attach_named
+from weaver.speculative.engine import Engine
 from weaver.speculative.round import Stages
 
 STAGES = Stages.NAMES
@@ -181,6 +182,9 @@ def main() -> int:
                              "rounds) and print the prefix that matches ar's (issue 19's 27B lossless point)")
     parser.add_argument("--kernels", default="auto", choices=["auto", "torch"],
                         help="torch: the torch paths (the A/B baseline of a new kernel)")
+    parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
+                        help="after the specs: profile them again with the drafter restricted to this token map or "
+                             "first:N, on a new engine in the same process (the draft head's A/B)")
     args = parser.parse_args()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
@@ -189,15 +193,27 @@ def main() -> int:
                                  options=weaver.RuntimeOptions(kernels=args.kernels))  # fmt: skip
     llm = attach_named(llm, args.drafter, args.adapter)  # `bench scale`'s published drafter / paper adapter
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
-    for spec in args.specs:
-        method, _, budget = spec.partition(":")
-        try:
-            profile_method(llm, method, int(budget or 0), args.reps)
-        except Exception as err:  # noqa: BLE001 - report and go on to the next spec
-            print(f"{spec}: {type(err).__name__}: {err}", flush=True)
+    profile_specs(llm, args.specs, args.reps)
+    if args.draft_vocab:
+        llm.engine = None  # its caches and captured rounds read the whole head: free them, then a new engine
+        torch.cuda.empty_cache()
+        llm.set_draft_vocab(args.draft_vocab)
+        llm.engine = Engine(llm.model, llm.options, drafter=llm.drafter, adapter=llm.adapter)
+        print(f"\n# the same specs, the drafter restricted to --draft-vocab {args.draft_vocab}", flush=True)
+        profile_specs(llm, [s for s in args.specs if s != "ar"], args.reps)
     if args.equal_tokens:
         equal_tokens(llm, args.specs, args.equal_tokens)
     return 0
+
+
+def profile_specs(llm, specs: list[str], reps: int) -> None:
+    """profile_method for each method[:budget] spec; a failing spec is reported and skipped."""
+    for spec in specs:
+        method, _, budget = spec.partition(":")
+        try:
+            profile_method(llm, method, int(budget or 0), reps)
+        except Exception as err:  # noqa: BLE001 - report and go on to the next spec
+            print(f"{spec}: {type(err).__name__}: {err}", flush=True)
 
 
 def equal_tokens(llm, specs: list[str], n: int) -> None:

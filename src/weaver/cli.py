@@ -39,6 +39,9 @@ def _add_generate(sub) -> None:
                         "or none")
     p.add_argument("--adapter", default="auto",
                    help="auto (the trained adapter weaver ships), a checkpoint dir or .pth, 'random[:width]' or none")
+    p.add_argument("--draft-vocab", default=None, metavar="TOKEN_MAP",
+                   help="a token map (`weaver data token-map`): the drafter scores only those tokens (a cheaper "
+                        "draft head at large vocabularies; output unchanged), or first:N for timing runs")
     p.add_argument("--verify", default="auto", choices=["auto", "greedy", "target_only", "traversal",
                                                         "chain_speculative"],
                    help="verification rule (auto: greedy at temperature 0, else target_only)")
@@ -67,7 +70,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     template_kwargs = chat_template_kwargs(args.chat_template_kwargs, args.no_thinking)  # bad JSON: before loading
     kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter,
-              options=runtime_options(args))
+              options=runtime_options(args), draft_vocab=args.draft_vocab)
     if args.random_weights:
         llm = weaver.LLM.from_config(args.model, random_weights=True, **kw)
     else:

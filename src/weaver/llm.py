@@ -21,6 +21,7 @@ from weaver.models.registry import resolve_model_dir, shipped_draft_models
 from weaver.models.tokenizer import ByteTokenizer, HFTokenizer, Tokenizer
 from weaver.options import RuntimeOptions
 from weaver.speculative.accept import resolve_rule
+from weaver.speculative.draft_vocab import resolve_draft_vocab
 from weaver.speculative.engine import Engine, RoundStats
 from weaver.speculative.round import RoundConfig
 from weaver.speculative.sampling import SamplingParams
@@ -82,10 +83,12 @@ class LLM:
         max_model_len: int | None = None,
         auto_pull: bool = True,
         options: RuntimeOptions | None = None,
+        draft_vocab: str | None = None,
     ) -> None:
         """`drafter` / `adapter`: "auto" (the trained ones weaver ships for a registry model, if any), a checkpoint
         directory (an adapter also as the authors' .pth), "random[:size]", or None for none.
-        `options`: how it runs (kernels, compile, CUDA graphs, PDL, tuning); default: from the environment."""
+        `options`: how it runs (kernels, compile, CUDA graphs, PDL, tuning); default: from the environment.
+        `draft_vocab`: a token map (`weaver data token-map`) the drafter scores alone, or "first:N" (timing only)."""
         options = RuntimeOptions.from_env() if options is None else options
         shipped = shipped_draft_models(model)
         drafter = _auto(drafter, shipped[0])
@@ -95,7 +98,7 @@ class LLM:
         dev = resolve_device(device)
         target = load_weights(build_model(cfg, dev, resolve_dtype(dtype, dev), options), model_dir)
         tokenizer = HFTokenizer(model_dir, config_eos=cfg.eos_token_id)
-        self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed, options)
+        self._setup(target, tokenizer, str(model_dir), max_model_len, drafter, adapter, seed, options, draft_vocab)
         # temperature / top_p / top_k a generate call leaves unset (None) take these (greedy when empty)
         self.generation_defaults = sampling_defaults(read_generation_config(model_dir))
 
@@ -112,6 +115,7 @@ class LLM:
         max_model_len: int | None = None,
         tokenizer: Tokenizer | None = None,
         options: RuntimeOptions | None = None,
+        draft_vocab: str | None = None,
     ) -> LLM:
         """A model built from a HF config dict, a config.json path, or a preset name (random weights)."""
         options = RuntimeOptions.from_env() if options is None else options
@@ -130,10 +134,12 @@ class LLM:
         tok = tokenizer
         if tok is None and model_cfg.vocab_size >= 256:
             tok = ByteTokenizer(model_cfg.vocab_size, model_cfg.eos_token_id)
-        self._setup(target, tok, "random", max_model_len, drafter, adapter, seed, options)
+        self._setup(target, tok, "random", max_model_len, drafter, adapter, seed, options, draft_vocab)
         return self
 
-    def _setup(self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed, options) -> None:
+    def _setup(
+        self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed, options, draft_vocab=None
+    ) -> None:
         self.model = fuse_projections(target)
         self.generation_defaults: dict[str, float | int] = {}
         self.tokenizer = tokenizer
@@ -145,6 +151,16 @@ class LLM:
         self.drafter = _load_drafter(drafter, target, seed)
         self.adapter = _load_adapter(adapter, target, seed)
         self.engine = Engine(target, options, drafter=self.drafter, adapter=self.adapter)
+        if draft_vocab is not None:
+            self.set_draft_vocab(draft_vocab)
+
+    def set_draft_vocab(self, spec: str | None) -> None:
+        """Let the drafter score only a token map's tokens ("first:N": ids below N, for timing random weights;
+        None: the whole vocabulary again). Call it before the first speculative generate (rounds are captured)."""
+        if self.drafter is None:
+            raise GenerationConfigError("draft_vocab restricts a drafter's head, but no drafter is loaded")
+        lm_head = self.model.lm_head
+        self.drafter.restrict_vocab(resolve_draft_vocab(spec, lm_head.out_features), lm_head)
 
     def _check_method(self, method: str) -> None:
         """The draft models a method needs are there."""

@@ -143,3 +143,20 @@ def test_a_drafter_with_large_layers_drafts_through_torch():
         drafter = DFlashDrafter(cfg).to(torch.bfloat16)
         head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(torch.bfloat16)
     assert "MiB (bandwidth-bound" in unsupported_reason(drafter, head)
+
+
+@torch.no_grad()
+def test_fast_draft_with_a_draft_vocabulary():
+    """A restricted head (draft_vocab): the fused draft scores the same rows as the torch draft, -inf elsewhere."""
+    drafter = make_drafter(block_size=6).to(DEVICE).fuse_projections()
+    embed, head = (m.to(DEVICE) for m in target_io())
+    ids = torch.arange(3, 61, 2)[:30]  # 30 of the 61 tokens (>= MIN_SIZE is waived below: a kernel test)
+    drafter.vocab_ids, drafter.vocab_head = ids.to(DEVICE), head.weight[ids.to(DEVICE)].contiguous()
+    ref_ctx, fast_ctx = _contexts(drafter, [9, 4])
+    roots = torch.tensor([5, 2], device=DEVICE)
+    want = drafter.draft(ref_ctx, roots, embed, head)
+    got = FastDrafter(drafter, head)(fast_ctx, roots, embed, head)
+    outside = torch.ones(61, dtype=torch.bool)
+    outside[ids] = False
+    assert torch.isneginf(got.logits[..., outside.to(DEVICE)]).all()
+    assert_close("logits on the draft vocabulary", want.logits[..., ids], got.logits[..., ids], 1e-5)

@@ -32,6 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="registry name or directory")
     parser.add_argument("--drafter", default="auto", help="drafter checkpoint (default auto: the model's trained one)")
     parser.add_argument("--adapter", default="auto", help="adapter checkpoint (default auto: the model's trained one)")
+    parser.add_argument("--draft-vocab", default=None, metavar="TOKEN_MAP",
+                        help="the drafter scores only this token map's tokens (`weaver data token-map`)")
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
     parser.add_argument("--limit", type=int, default=None, help="prompts per workload (default: all)")
     parser.add_argument("--eval-dir", default=None,
@@ -83,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     import weaver
 
     llm = weaver.LLM(args.model, device=args.device, dtype=args.dtype, drafter=args.drafter, adapter=args.adapter,
-                     options=runtime_options(args))
+                     options=runtime_options(args), draft_vocab=args.draft_vocab)
     prompts = {w: _prompts(w, args.limit, args.eval_dir) for w in args.workloads}
     runs = _runs(args.methods, args.budgets, args.chain_budget, args.weaver_widths)
     sampled = _sampled_runs(args.methods, args.sampled_budget, args.chain_budget)

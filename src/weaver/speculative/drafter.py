@@ -40,6 +40,7 @@ from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope, rope_cos_sin, rope_inv_freq
 from weaver.ops.decode import rms_norm_ref
 from weaver.speculative import drafter_io
+from weaver.speculative.draft_vocab import check_token_ids, expand_logits
 from weaver.speculative.drafter_io import DrafterConfig, build_target_layer_ids
 
 __all__ = ["DFlashDrafter", "DraftOutput", "DrafterConfig", "DrafterContext", "build_target_layer_ids"]
@@ -193,6 +194,9 @@ class DFlashDrafter(nn.Module):
         self.register_buffer("rope_inv_freq", rope_inv_freq(cfg.rope_config()), persistent=False)
         self.context_kv: FusedLinear | None = None  # set by fuse_projections: every layer's k, v in one GEMM
         self.context_k_norm: torch.Tensor | None = None  # set by fuse_projections: [L, 1, D] k-norm weights
+        # set by restrict_vocab (draft_vocab module): the drafted token ids [N] and their rows of the target's head
+        self.register_buffer("vocab_ids", None, persistent=False)
+        self.register_buffer("vocab_head", None, persistent=False)
 
     def _apply(self, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> DFlashDrafter:
         """After .to()/.cuda()/.half(): RoPE frequencies stay float32, recomputed on the new device.
@@ -217,6 +221,27 @@ class DFlashDrafter(nn.Module):
             attn.k_norm.weight = nn.Parameter(self.context_k_norm[i, 0], requires_grad=False)
         fuse_projections(self)  # the MLPs' gate/up
         return self
+
+    def restrict_vocab(self, token_ids: torch.Tensor | None, lm_head: nn.Linear) -> DFlashDrafter:
+        """Draft over `token_ids` only (None: the whole vocabulary again). The head's rows are copied once here,
+        so a draft reads N rows, not V (`weaver.speculative.draft_vocab`); call it after moving the drafter."""
+        if token_ids is None:
+            self.vocab_ids = self.vocab_head = None
+            return self
+        if lm_head.bias is not None:
+            raise ValueError("a draft vocabulary needs a bias-free LM head")
+        ids = check_token_ids(token_ids, lm_head.out_features, "draft vocabulary").to(lm_head.weight.device)
+        self.vocab_ids = ids
+        self.vocab_head = lm_head.weight.detach().index_select(0, ids).contiguous()
+        return self
+
+    def head_weight(self, lm_head: nn.Linear) -> torch.Tensor:
+        """The rows a draft scores: the draft vocabulary's, else the target's whole head."""
+        return lm_head.weight if self.vocab_head is None else self.vocab_head
+
+    def full_vocab(self, logits: torch.Tensor, vocab_size: int) -> torch.Tensor:
+        """Draft logits over the draft vocabulary -> over the whole vocabulary (-inf outside); else unchanged."""
+        return logits if self.vocab_ids is None else expand_logits(logits, self.vocab_ids, vocab_size)
 
     @property
     def device(self) -> torch.device:
@@ -380,4 +405,6 @@ class DFlashDrafter(nn.Module):
                 masks[kind] = block_mask(ctx.lengths, bk, slots_total, *kind)
             x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope)
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
-        return DraftOutput(logits=lm_head(hidden.to(lm_head.weight.dtype)).float(), hidden=hidden)
+        weight = self.head_weight(lm_head)
+        logits = self.full_vocab(F.linear(hidden.to(weight.dtype), weight).float(), lm_head.out_features)
+        return DraftOutput(logits=logits, hidden=hidden)

@@ -82,8 +82,9 @@ class FastDrafter(FusedLayers):
         rows = self.tree_rows(ctx.lengths, self.depth.expand(b, bk), d.rope_inv_freq, visible, x.dtype)
         x, _ = self.run_layers(x, self.weights(), list(zip(ctx.k, ctx.v, strict=True)), rows)
         last = x.view(b, bk, -1)[:, 1:].reshape(b * (bk - 1), -1)  # the MASK rows: a view at batch 1
-        logits, hidden = self.head(last, d.norm.weight, lm_head.weight, rows)
-        return DraftOutput(logits=logits.view(b, bk - 1, -1), hidden=hidden.view(b, bk - 1, -1))
+        logits, hidden = self.head(last, d.norm.weight, d.head_weight(lm_head), rows)
+        logits = d.full_vocab(logits.view(b, bk - 1, -1), lm_head.weight.shape[0])
+        return DraftOutput(logits=logits, hidden=hidden.view(b, bk - 1, -1))
 
 
 def fast_drafter(

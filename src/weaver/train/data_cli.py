@@ -30,7 +30,22 @@ def add_data_commands(sub) -> argparse._SubParsersAction:
     e.add_argument("--limit", type=int, default=None, help="only the first N prompts")
     e.add_argument("--out", default=None, help="write to this file instead of stdout")
     e.set_defaults(func=_cmd_eval)
+
+    t = dsub.add_parser("token-map", help="the N tokens the target writes most: a draft vocabulary (--draft-vocab)")
+    t.add_argument("--data", default=None, help="a `weaver data regenerate` directory: count the reply tokens")
+    t.add_argument("--prompts", default=None, help="or a prompts JSONL (.gz too): count the messages' tokens")
+    t.add_argument("--model", default="smollm2", help="the target (its vocabulary, tokenizer and EOS)")
+    t.add_argument("--size", type=int, required=True, help="tokens kept (EOS always among them)")
+    t.add_argument("--out", required=True, help="the token map to write (.safetensors)")
+    t.add_argument("--quiet", action="store_true", help="no progress bars")
+    t.set_defaults(func=_cmd_token_map)
     return dsub
+
+
+def _cmd_token_map(args: argparse.Namespace) -> int:
+    from weaver.train.token_map import cmd_token_map
+
+    return cmd_token_map(args)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
