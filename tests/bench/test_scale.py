@@ -21,9 +21,11 @@ def test_scale_report_on_cpu(tmp_path):
     out = tmp_path / "out"
     argv = ["bench", "scale", "--model", "tiny-qwen3_5", "--device", "cpu", "--methods", "ar", "chain", "weaver",
             "--budgets", "4", "--verify-nodes", "4", "--prefill", "16", "--context", "8", "--new-tokens", "3",
-            "--prompts", "1", "--adapter", "random:16", "--tau-from", str(tmp_path / "acc.json"), "--out", str(out)]
+            "--prompts", "1", "--adapter", "random:16", "--draft-vocab", "first:64",
+            "--tau-from", str(tmp_path / "acc.json"), "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
+    assert report["draft_vocab"] == 64
     assert [(r["method"], r["budget"]) for r in report["rows"]] == [("ar", 0), ("chain", 16), ("weaver", 4)]
     assert set(report["rows"][2]["stage_ms"]) == {"draft", "build", "verify", "accept", "commit"}
     assert [(v["kind"], v["nodes"]) for v in report["verify"]] == [("chain", 5), ("tree", 5)]

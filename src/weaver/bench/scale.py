@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens per generation in the round rows")
     parser.add_argument("--prompts", type=int, default=2, help="generations per round row")
     parser.add_argument("--tau-from", default=None, help="an acceptance report.json: project with its macro tau too")
+    parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
+                        help="the drafter scores only this token map's tokens, or first:N (random weights: any N "
+                             "rows cost the same); default: the whole vocabulary")
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     parser.add_argument("--out", default="benchmarks/results/scale", help="directory for report.json / report.md")
@@ -69,12 +72,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     taus = measured_tau(args.tau_from)  # a bad file fails before the model is built
     llm = build(args)
+    if args.draft_vocab:
+        llm.set_draft_vocab(args.draft_vocab)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join(["weaver", "bench", "scale", *sys.argv[3:]]), "model": args.model,
               "device": device_name(llm.model.device), "dtype": str(llm.model.dtype), "torch": torch.__version__,
               "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
-              "context": args.context, "bytes": weight_bytes(llm), "rows": [], "verify": [], "prefill": []}  # fmt: skip
+              "context": args.context, "bytes": weight_bytes(llm), "rows": [], "verify": [], "prefill": [],
+              "draft_vocab": None if llm.drafter is None or llm.drafter.vocab_ids is None
+              else int(llm.drafter.vocab_ids.numel())}  # fmt: skip
 
     def save() -> None:
         report["projection"] = projection(report, taus)
