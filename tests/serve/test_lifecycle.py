@@ -23,6 +23,8 @@ from weaver.serve.prompts import chat_ids
     (["--model", "tiny-llama", "--random-weights"], "has no tokenizer"),
     (["--model", "{cfg}", "--random-weights", "--method", "weaver"], "needs a drafter and an adapter"),
     (["--model", "{cfg}", "--random-weights", "--max-queue", "0"], "--max-queue must be >= 1"),
+    (["--model", "{cfg}", "--random-weights", "--drafter", "random", "--draft-vocab", "missing.safetensors"],
+     "no such token map"),
 ])  # fmt: skip
 def test_cli_mistakes_are_one_line(argv, message, tmp_path, capsys):
     cfg = tiny_config(tmp_path)

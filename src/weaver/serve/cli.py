@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "or none")
     p.add_argument("--adapter", default="auto",
                    help="auto (the adapter weaver ships, if any), a checkpoint dir or .pth, 'random[:width]' or none")
+    p.add_argument("--draft-vocab", default=None, metavar="TOKEN_MAP",
+                   help="the drafter scores only this token map's tokens (`weaver data token-map`; README)")
     p.add_argument("--method", default="auto", choices=["auto", *METHODS],
                    help="default method (auto: weaver with a drafter and an adapter, ddtree with a drafter, else ar)")
     p.add_argument("--budget", type=int, default=64, help="default tree budget (non-root nodes per round)")
@@ -73,7 +75,8 @@ def load_llm(args: argparse.Namespace):
     import weaver
 
     kw = dict(device=args.device, dtype=args.dtype, seed=args.seed, drafter=args.drafter, adapter=args.adapter,
-              max_model_len=args.max_model_len, options=runtime_options(args))  # fmt: skip
+              max_model_len=args.max_model_len, options=runtime_options(args),
+              draft_vocab=args.draft_vocab)  # fmt: skip
     if args.random_weights:
         return weaver.LLM.from_config(args.model, random_weights=True, **kw)
     return weaver.LLM(args.model, **kw)

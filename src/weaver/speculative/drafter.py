@@ -405,6 +405,8 @@ class DFlashDrafter(nn.Module):
                 masks[kind] = block_mask(ctx.lengths, bk, slots_total, *kind)
             x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope)
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
-        weight = self.head_weight(lm_head)
-        logits = self.full_vocab(F.linear(hidden.to(weight.dtype), weight).float(), lm_head.out_features)
-        return DraftOutput(logits=logits, hidden=hidden)
+        if self.vocab_head is None:
+            logits = lm_head(hidden.to(lm_head.weight.dtype)).float()
+        else:
+            logits = F.linear(hidden.to(self.vocab_head.dtype), self.vocab_head).float()
+        return DraftOutput(logits=self.full_vocab(logits, lm_head.out_features), hidden=hidden)
