@@ -6,14 +6,16 @@ which is what a drafter must predict; a prompts file is the fallback where no re
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tqdm import tqdm
 
-from weaver.speculative.draft_vocab import count_tokens, frequent_token_ids, save_token_map
+from weaver.speculative.draft_vocab import check_size, count_tokens, frequent_token_ids, save_token_map
 from weaver.train.regenerate import read_prompt_messages
 from weaver.train.shards import read_shard, shard_paths
+
+__all__ = ["build_token_map", "cmd_token_map", "prompt_tokens", "reply_tokens"]
 
 
 def reply_tokens(data_dir: str | Path, progress: bool = True) -> Iterator[list[int]]:
@@ -32,7 +34,7 @@ def prompt_tokens(prompts: str | Path, tokenizer, progress: bool = True) -> Iter
 
 
 def build_token_map(
-    out: str | Path, size: int, vocab_size: int, sequences, always: list[int], progress: bool = True
+    out: str | Path, size: int, vocab_size: int, sequences: Iterable[list[int]], always: list[int]
 ) -> dict:
     """Count `sequences`, keep the `size` most frequent ids (plus `always`), write the map; a summary dict."""
     counts = count_tokens(sequences, vocab_size)
@@ -59,6 +61,7 @@ def cmd_token_map(args) -> int:
     model_dir = Path(args.model) if Path(args.model).is_dir() else resolve_model_dir(args.model)
     cfg = load_config(model_dir)
     eos = list(cfg.eos_token_id or [])
+    check_size(args.size, cfg.vocab_size)  # before counting, which takes a while
     if args.data is not None:
         sequences = reply_tokens(args.data, progress=not args.quiet)
     else:
@@ -67,5 +70,3 @@ def cmd_token_map(args) -> int:
     print(json.dumps(summary))
     return 0
 
-
-__all__ = ["build_token_map", "cmd_token_map", "prompt_tokens", "reply_tokens"]
