@@ -22,7 +22,6 @@ from torch.profiler import ProfilerActivity, profile
 
 import weaver
 from weaver.bench.scale import NAMED, attach_named
-from weaver.speculative.engine import Engine
 from weaver.speculative.round import Stages
 
 STAGES = Stages.NAMES
@@ -195,10 +194,8 @@ def main() -> int:
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     profile_specs(llm, args.specs, args.reps)
     if args.draft_vocab:
-        llm.engine = None  # its caches and captured rounds read the whole head: free them, then a new engine
+        llm.set_draft_vocab(args.draft_vocab)  # on a new engine: the old one's captured rounds read the whole head
         torch.cuda.empty_cache()
-        llm.set_draft_vocab(args.draft_vocab)
-        llm.engine = Engine(llm.model, llm.options, drafter=llm.drafter, adapter=llm.adapter)
         print(f"\n# the same specs, the drafter restricted to --draft-vocab {args.draft_vocab}", flush=True)
         profile_specs(llm, [s for s in args.specs if s != "ar"], args.reps)
     if args.equal_tokens:

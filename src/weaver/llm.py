@@ -150,13 +150,19 @@ class LLM:
         self.seed = seed
         self.drafter = _load_drafter(drafter, target, seed)
         self.adapter = _load_adapter(adapter, target, seed)
-        self.engine = Engine(target, options, drafter=self.drafter, adapter=self.adapter)
         if draft_vocab is not None:
-            self.set_draft_vocab(draft_vocab)
+            self._restrict_draft_vocab(draft_vocab)
+        self.engine = Engine(target, options, drafter=self.drafter, adapter=self.adapter)
 
     def set_draft_vocab(self, spec: str | None) -> None:
         """Let the drafter score only a token map's tokens ("first:N": ids below N, for timing random weights;
-        None: the whole vocabulary again). Call it before the first speculative generate (rounds are captured)."""
+        None: the whole vocabulary again). The engine is rebuilt: its captured rounds read the old head."""
+        self._restrict_draft_vocab(spec)
+        min_capacity = self.engine.min_capacity
+        self.engine = Engine(self.model, self.options, drafter=self.drafter, adapter=self.adapter)
+        self.engine.min_capacity = min_capacity
+
+    def _restrict_draft_vocab(self, spec: str | None) -> None:
         if self.drafter is None:
             raise GenerationConfigError("draft_vocab restricts a drafter's head, but no drafter is loaded")
         lm_head = self.model.lm_head

@@ -115,6 +115,21 @@ def test_greedy_with_a_draft_vocabulary_equals_ar(tmp_path, method):
     assert len(sampled.token_ids) == 24 and all(0 <= t < 300 for t in sampled.token_ids)
 
 
+def test_set_draft_vocab_after_decoding_starts_a_new_engine():
+    llm = tiny_llm()
+    prompt = [5, 17, 3, 99, 42, 7, 250]
+    ar = llm.generate(prompt, method="ar", max_new_tokens=24, temperature=0.0)
+    before = llm.generate(prompt, method="weaver", budget=16, max_new_tokens=24, temperature=0.0)
+    old = llm.engine
+    llm.engine.min_capacity = 64
+    llm.set_draft_vocab("first:100")
+    assert llm.engine is not old and llm.engine.min_capacity == 64 and llm.drafter.vocab_ids.numel() == 100
+    after = llm.generate(prompt, method="weaver", budget=16, max_new_tokens=24, temperature=0.0)
+    assert before.token_ids == after.token_ids == ar.token_ids
+    llm.set_draft_vocab(None)
+    assert llm.drafter.vocab_ids is None
+
+
 def test_draft_vocab_errors(tmp_path, capsys):
     with pytest.raises(GenerationConfigError, match="no drafter"):
         weaver.LLM.from_config(preset_config("tiny-llama", vocab_size=300, eos_token_id=[]), device="cpu",
