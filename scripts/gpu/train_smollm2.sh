@@ -22,7 +22,9 @@
 # weights (`--init-from`), so runs add up across sessions; `regen` regenerates the data only.
 # WEAVER_RANK / WEAVER_HEADS / WEAVER_MLP set a new adapter's shape (a warm start keeps its own); DRAFTER_GROW
 # (with DRAFTER_INIT) appends drafter layers that start as the identity (`--grow-to`). WEAVER_GREEDY adds that
-# weight of the greedy-path CE to the adapter's loss (`--greedy-weight`, session 40).
+# weight of the greedy-path CE to the adapter's loss (`--greedy-weight`, session 40). WEAVER_GROW_LAYERS /
+# WEAVER_GROW_MLP (with WEAVER_INIT) give the adapter more blocks / a wider MLP that start with no effect
+# (`--grow-layers`, `--grow-mlp`, session 41).
 # Budgets (seconds) are variables so each call ends inside its 10 minutes.
 OUT=${OUT:-/tmp/train_out}
 stage=${1:?calibrate, regen, drafter, more, finish, all, weaver or bench}
@@ -60,7 +62,7 @@ train_adapter() {
   timeout ${WEAVER_TIMEOUT:-330} python3 -m weaver.cli train weaver --data $W/regen --drafter $W/drafter/final \
     --out $W/weaver --steps ${WEAVER_STEPS:-2400} --max-seconds ${WEAVER_S:-240} --lr ${WEAVER_LR:-1e-3} \
     --warmup-steps 60 --anchors ${WEAVER_ANCHORS:-16} --batch-size ${WEAVER_BATCH:-32} --loss ${WEAVER_LOSS:-kl} \
-    --greedy-weight ${WEAVER_GREEDY:-0} --d-rank ${WEAVER_RANK:-512} --heads ${WEAVER_HEADS:-8} --mlp-dim ${WEAVER_MLP:-1024} ${WEAVER_INIT:+--init-from $WEAVER_INIT} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
+    --greedy-weight ${WEAVER_GREEDY:-0} --d-rank ${WEAVER_RANK:-512} --heads ${WEAVER_HEADS:-8} --mlp-dim ${WEAVER_MLP:-1024} ${WEAVER_INIT:+--init-from $WEAVER_INIT} ${WEAVER_GROW_LAYERS:+--grow-layers $WEAVER_GROW_LAYERS} ${WEAVER_GROW_MLP:+--grow-mlp $WEAVER_GROW_MLP} --log-every 25 2>&1 | log 20 | tee $OUT/weaver_log.txt
 }
 case $stage in
 more)  # the drafter run only, for DRAFTER_S more seconds; its final weights back as drafter_final.tar.*

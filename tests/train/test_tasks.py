@@ -171,3 +171,37 @@ def test_a_grown_drafter_drafts_as_before_and_its_new_layers_learn(target, store
     assert new.self_attn.o_proj.weight.grad.abs().sum() > 0 and new.mlp.down_proj.weight.grad.abs().sum() > 0
     with pytest.raises(CheckpointError, match="already has 2 layers"):
         grow_drafter(drafter, 1)
+
+
+@pytest.mark.parametrize("released", [True, False], ids=["released", "learned"])
+def test_a_grown_adapter_scores_as_before_and_its_new_parts_learn(target, store, released) -> None:
+    from weaver.errors import CheckpointError
+    from weaver.speculative.weaver import RELEASED, WeaverAdapter
+    from weaver.train.warm_start import grow_adapter
+
+    drafter = DFlashDrafter.random(target.config, num_layers=1, num_target_features=2, block_size=5, seed=2)
+    adapter = WeaverAdapter.random(target.config, d_rank=32, num_heads=4, mlp_dim=24, max_depth=4, pool_size=16,
+                                   seed=4, **(RELEASED if released else {}))  # fmt: skip
+    grown = grow_adapter(adapter, num_layers=2, mlp_dim=40, seed=6)
+    assert (grown.config.num_layers, grown.config.mlp_dim) == (2, 40) and len(grown.blocks) == 2
+    assert grown.blocks[1].qkv_proj.weight.abs().sum() > 0  # drawn, not zero
+    gen = torch.Generator().manual_seed(0)
+    hidden, v = target.config.hidden_size, target.config.vocab_size
+    th, dh = torch.randn(2, hidden, generator=gen), torch.randn(2, 4, hidden, generator=gen)
+    tokens = torch.randint(0, v, (2, 4), generator=gen)
+    ids = torch.stack([torch.randperm(v, generator=gen)[:16] for _ in range(8)]).view(2, 4, 16)
+    prior = torch.randn(2, 4, 16, generator=gen)
+    scores = []
+    for model in (adapter, grown):
+        model.bind(target.model.embed_tokens.weight, target.lm_head.weight)
+        scores.append(model(th, dh, tokens, ids, prior))
+    torch.testing.assert_close(scores[1], scores[0], rtol=1e-5, atol=1e-5)
+    task = WeaverTask(target, drafter, store, WeaverTaskConfig(pool_size=16, anchors=4, batch_size=4), adapter=grown)
+    model = task.model()
+    loss, _ = task.loss(model, task.batch(0, 0, 0, 1))
+    loss.backward()
+    new_block, old_down = grown.blocks[1], grown.blocks[0].mlp_down
+    assert new_block.o_proj.weight.grad.abs().sum() > 0 and new_block.mlp_down.weight.grad.abs().sum() > 0
+    assert old_down.weight.grad[:, 24:].abs().sum() > 0  # the new hidden units' columns learn
+    with pytest.raises(CheckpointError, match="grows only"):
+        grow_adapter(adapter, num_layers=1, mlp_dim=16)

@@ -168,9 +168,14 @@ class WeaverAdapter(nn.Module):
         )
         with torch.device("cpu"):
             model = cls(cfg)
+        return model.init_random_weights(seed).eval()
+
+    @torch.no_grad()
+    def init_random_weights(self, seed: int = 0) -> WeaverAdapter:
+        """`random`'s weights for this adapter's config, drawn on the CPU from `seed` (then copied in place)."""
         gen = torch.Generator().manual_seed(seed)
-        norm_weights = {f"{n}.weight" for n, m in model.named_modules() if isinstance(m, WeaverNorm)}
-        for name, param in model.named_parameters():
+        norm_weights = {f"{n}.weight" for n, m in self.named_modules() if isinstance(m, WeaverNorm)}
+        for name, param in self.named_parameters():
             noise = torch.randn(param.shape, generator=gen)
             if name == "pos_emb":
                 param.copy_(noise)
@@ -180,7 +185,7 @@ class WeaverAdapter(nn.Module):
                 param.copy_(1.0 + 0.1 * noise)
             else:  # biases (linears and norms)
                 param.copy_(0.1 * noise)
-        return model.eval()
+        return self
 
     @classmethod
     def from_pretrained(

@@ -104,6 +104,10 @@ def add_train_commands(sub) -> None:
     w.add_argument("--max-len", type=int, default=1024)
     w.add_argument("--init-from", default=None, metavar="DIR",
                    help="start from this trained adapter's weights (its shape wins over --d-rank/--heads/...)")
+    w.add_argument("--grow-layers", type=int, default=None, metavar="N",
+                   help="with --init-from: append blocks up to N, each the identity at first")
+    w.add_argument("--grow-mlp", type=int, default=None, metavar="M",
+                   help="with --init-from: widen the MLPs to M hidden units (new units start with no effect)")
     add_train_arguments(w)
     w.set_defaults(func=_cmd_train_weaver)
 
@@ -157,9 +161,11 @@ def _cmd_train_weaver(args: argparse.Namespace) -> int:
     from weaver.speculative.drafter import DFlashDrafter
     from weaver.train.loop import train, train_config
     from weaver.train.shards import SequenceStore
-    from weaver.train.warm_start import adapter_init
+    from weaver.train.warm_start import adapter_init, grow_adapter
     from weaver.train.weaver_task import WeaverTask, WeaverTaskConfig
 
+    if (args.grow_layers is not None or args.grow_mlp is not None) and not args.init_from:
+        raise SystemExit("error: --grow-layers / --grow-mlp need --init-from (the trained adapter to grow)")
     cfg = train_config(args)
     task_cfg = WeaverTaskConfig(d_rank=args.d_rank, num_heads=args.heads, mlp_dim=args.mlp_dim,
                                 pool_size=args.pool_size, variant=args.variant, loss=args.loss,
@@ -169,6 +175,8 @@ def _cmd_train_weaver(args: argparse.Namespace) -> int:
     target = _load_target(args)
     drafter = DFlashDrafter.from_pretrained(args.drafter)
     adapter = adapter_init(args.init_from, target, drafter) if args.init_from else None
+    if adapter is not None and (args.grow_layers is not None or args.grow_mlp is not None):
+        adapter = grow_adapter(adapter, args.grow_layers, args.grow_mlp, seed=cfg.seed)
     store = SequenceStore(args.data, max_len=args.max_len, seed=cfg.seed)
     result = train(WeaverTask(target, drafter, store, task_cfg, adapter=adapter), cfg)
     print(json.dumps({"step": result.step, "loss": result.loss, "out": str(cfg.out_dir)}))

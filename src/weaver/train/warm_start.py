@@ -3,7 +3,8 @@
 A run's checkpoints resume it exactly (optimizer included); `--init-from` is for the next run: the weights of a
 finished drafter or adapter (e.g. the shipped ones), a fresh optimizer and schedule. The checkpoint must fit
 the target; a mismatch is a CheckpointError naming the field. `grow_drafter` (`--grow-to`) gives a trained
-drafter more layers that start as the identity, so a deeper drafter starts where the shallow one ended.
+drafter more layers that start as the identity, so a deeper drafter starts where the shallow one ended;
+`grow_adapter` (`--grow-layers`, `--grow-mlp`) does the same for an adapter's blocks and MLP width.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.speculative.weaver import WeaverAdapter
 
-__all__ = ["adapter_init", "drafter_init", "grow_drafter"]
+__all__ = ["adapter_init", "drafter_init", "grow_adapter", "grow_drafter"]
 
 
 def drafter_init(path: str | Path, target: Decoder, block_size: int) -> DFlashDrafter:
@@ -56,6 +57,47 @@ def grow_drafter(drafter: DFlashDrafter, num_layers: int, seed: int = 0) -> DFla
             if out_proj.bias is not None:
                 out_proj.bias.zero_()
     return grown.train(drafter.training)
+
+
+@torch.no_grad()
+def grow_adapter(
+    adapter: WeaverAdapter, num_layers: int | None = None, mlp_dim: int | None = None, seed: int = 0
+) -> WeaverAdapter:
+    """`adapter` with blocks appended up to `num_layers` (each the identity at first: its o_proj and MLP
+    down-projection zero) and its MLPs widened to `mlp_dim` hidden units (the new units' down-projection columns
+    zero), the rest drawn as a new adapter's; its scores are unchanged and training goes on with more capacity."""
+    cfg = adapter.config
+    layers, width = num_layers or cfg.num_layers, mlp_dim or cfg.mlp_dim
+    if layers < cfg.num_layers or width < cfg.mlp_dim:
+        raise CheckpointError(f"an adapter grows only: it has {cfg.num_layers} blocks and MLP width {cfg.mlp_dim}, "
+                              f"asked for {layers} and {width}")  # fmt: skip
+    grown = WeaverAdapter(dataclasses.replace(cfg, num_layers=layers, mlp_dim=width)).init_random_weights(seed)
+    grown = grown.to(device=adapter._ref.device, dtype=adapter._ref.dtype)
+    old_width = cfg.mlp_dim
+    new = grown.state_dict()
+    for name, value in adapter.state_dict().items():
+        if name not in new:
+            raise CheckpointError(f"cannot grow this adapter: {name} has no place in the grown one")
+        target = new[name]
+        if target.shape == value.shape:
+            target.copy_(value)
+        elif name.endswith(("gate_up_proj.weight", "gate_up_proj.bias")):  # rows [gate; up], each widened
+            target[:old_width] = value[:old_width]
+            target[width : width + old_width] = value[old_width:]
+        elif name.endswith(("fc1.weight", "fc1.bias")):
+            target[:old_width] = value
+        elif name.endswith(("down_proj.weight", "fc2.weight")):  # the new units' columns: zero
+            target.zero_()
+            target[:, :old_width] = value
+        else:
+            raise CheckpointError(f"cannot grow this adapter: {name} is {tuple(value.shape)}, "
+                                  f"the grown one {tuple(target.shape)}")  # fmt: skip
+    for block in grown.blocks[cfg.num_layers :]:
+        for out_proj in (block.o_proj, block.mlp_down):
+            out_proj.weight.zero_()
+            if out_proj.bias is not None:
+                out_proj.bias.zero_()
+    return grown.train(adapter.training)
 
 
 def adapter_init(path: str | Path, target: Decoder, drafter: DFlashDrafter) -> WeaverAdapter:
