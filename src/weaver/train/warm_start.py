@@ -72,7 +72,8 @@ def grow_adapter(
         raise CheckpointError(f"an adapter grows only: it has {cfg.num_layers} blocks and MLP width {cfg.mlp_dim}, "
                               f"asked for {layers} and {width}")  # fmt: skip
     grown = WeaverAdapter(dataclasses.replace(cfg, num_layers=layers, mlp_dim=width)).init_random_weights(seed)
-    grown = grown.to(device=adapter._ref.device, dtype=adapter._ref.dtype)
+    ref = next(adapter.parameters())
+    grown = grown.to(device=ref.device, dtype=ref.dtype)
     old_width = cfg.mlp_dim
     new = grown.state_dict()
     for name, value in adapter.state_dict().items():
