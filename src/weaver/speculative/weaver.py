@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from weaver.errors import CheckpointError
 from weaver.kernels.adapter_finish import fused_finish
 from weaver.kernels.dispatch import use_kernel
 from weaver.kernels.node_attention import attend_nodes
@@ -78,7 +77,6 @@ from weaver.models.checkpoint import (
     check_complete,
     checkpoint_dir,
     copy_tensors,
-    read_config_json,
     read_tensors,
     stored_dtype,
     write_checkpoint,
@@ -88,13 +86,12 @@ from weaver.ops.node_attention import masked_attention
 from weaver.ops.pool_top import score_pool
 from weaver.ops.weaver_frontier import node_inputs, node_visibility
 from weaver.options import DEFAULT_OPTIONS, RuntimeOptions
+from weaver.speculative.weaver_io import MODEL_TYPE, read_pretrained_config
 from weaver.speculative.weaver_layers import RELEASED, Rope, WeaverBlock, WeaverConfig, WeaverNorm, rope_table
 from weaver.speculative.weaver_round import WeaverRound
 
 __all__ = ["RELEASED", "WeaverAdapter", "WeaverBlock", "WeaverConfig", "WeaverNorm", "WeaverRound"]
 
-CONFIG_NAME = "config.json"
-MODEL_TYPE = "weaver_adapter"
 CANDIDATE_TABLE_MAX_BYTES = 1 << 28  # per round: B (1 + D K) rows of e_n and q/k/v (SmolLM2 shapes: 31 MB a row)
 VOCAB_TABLE_MAX_BYTES = 8 << 30  # the vocabulary-wide rows the candidate table gathers (27B, paper shape: 4.1 GB)
 
@@ -193,17 +190,7 @@ class WeaverAdapter(nn.Module):
     ) -> WeaverAdapter:
         """Load `save_pretrained`'s directory (config.json + model.safetensors); problems -> CheckpointError."""
         path = checkpoint_dir(path, "Weaver checkpoint")
-        raw = read_config_json(path, "Weaver checkpoint")
-        if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-            raise CheckpointError(f"{path / CONFIG_NAME} is not a Weaver adapter config (model_type {MODEL_TYPE!r})")
-        known = {f.name for f in fields(WeaverConfig)}
-        unknown = sorted(set(raw) - known - {"model_type"})
-        if unknown:
-            raise CheckpointError(f"{path / CONFIG_NAME}: unknown fields {unknown}")
-        try:
-            cfg = WeaverConfig(**{k: v for k, v in raw.items() if k in known})
-        except (TypeError, ValueError) as exc:
-            raise CheckpointError(f"{path / CONFIG_NAME}: {exc}") from None
+        cfg = read_pretrained_config(path)
         tensors = read_tensors(path, "Weaver checkpoint")
         with torch.device("cpu"):
             model = cls(cfg)

@@ -1,4 +1,5 @@
-"""The authors' released Weaver checkpoint (trymirai/weaver, a `.pth`) -> a WeaverConfig and its state dict.
+"""Weaver checkpoints: the authors' released `.pth` (trymirai/weaver) -> a WeaverConfig and its state dict, and the
+config of weaver's own directory format (`read_pretrained_config`, for WeaverAdapter.from_pretrained).
 
     cfg, state_dict, where = read_released(path_or_dict, target_hidden)   # then WeaverAdapter.from_released
 
@@ -20,15 +21,20 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from weaver.errors import CheckpointError
+from weaver.models.checkpoint import read_config_json
 from weaver.speculative.weaver_layers import RELEASED, WeaverConfig
 
-__all__ = ["check_keys", "read_released"]
+__all__ = ["MODEL_TYPE", "check_keys", "read_pretrained_config", "read_released"]
+
+CONFIG_NAME = "config.json"
+MODEL_TYPE = "weaver_adapter"  # the model_type of weaver's own adapter directories
 
 RELEASED_KEY = "blocks.0.gate_up_proj.weight"
 OLDER_KEYS = ("blocks.0.fc1.weight", "pos_emb")
@@ -58,6 +64,21 @@ def read_released(
     if bad:
         raise CheckpointError(f"{where}: state_dict entries that are not named tensors: {bad[:5]}")
     return _config(config, state_dict, target_hidden, where), dict(state_dict), where
+
+
+def read_pretrained_config(path: Path) -> WeaverConfig:
+    """The WeaverConfig of a `save_pretrained` directory; a wrong model_type, unknown or bad field: CheckpointError."""
+    raw = read_config_json(path, "Weaver checkpoint")
+    if raw.get("model_type", MODEL_TYPE) != MODEL_TYPE:
+        raise CheckpointError(f"{path / CONFIG_NAME} is not a Weaver adapter config (model_type {MODEL_TYPE!r})")
+    known = {f.name for f in fields(WeaverConfig)}
+    unknown = sorted(set(raw) - known - {"model_type"})
+    if unknown:
+        raise CheckpointError(f"{path / CONFIG_NAME}: unknown fields {unknown}")
+    try:
+        return WeaverConfig(**{k: v for k, v in raw.items() if k in known})
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path / CONFIG_NAME}: {exc}") from None
 
 
 def check_keys(expected: set[str], got: set[str], where: str) -> None:
