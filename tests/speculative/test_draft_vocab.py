@@ -154,3 +154,11 @@ def test_draft_vocab_errors(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "no such token map" in err and "Traceback" not in err
+
+
+def test_count_tokens_in_chunks_equals_one_bincount():
+    gen = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(0, 50, (int(n),), generator=gen) for n in torch.randint(0, 9, (40,), generator=gen)]
+    want = torch.bincount(torch.cat(seqs), minlength=50)
+    for chunk in (1, 7, 1 << 20):  # a flush per sequence, across sequences, and once at the end
+        assert torch.equal(count_tokens([s.tolist() for s in seqs], 50, chunk=chunk), want)

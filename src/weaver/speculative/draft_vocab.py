@@ -11,7 +11,7 @@ was built for in its metadata; `weaver data token-map` writes one from regenerat
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -28,13 +28,27 @@ def expand_logits(logits: torch.Tensor, token_ids: torch.Tensor, vocab_size: int
     return full.index_copy_(-1, token_ids, logits)
 
 
-def count_tokens(sequences: Iterable[Iterable[int]], vocab_size: int) -> torch.Tensor:
-    """[vocab_size] int64 occurrences of each token id over `sequences`."""
+def count_tokens(sequences: Iterable[Sequence[int]], vocab_size: int, chunk: int = 1 << 20) -> torch.Tensor:
+    """[vocab_size] int64 occurrences of each token id over `sequences` (lists or arrays of ids), counted a
+    `chunk` of tokens at a time: one bincount over the vocabulary per chunk, not per sequence."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
+    pending: list[torch.Tensor] = []
+    held = 0
+
+    def flush() -> None:
+        nonlocal held
+        if pending:
+            counts.add_(torch.bincount(torch.cat(pending), minlength=vocab_size)[:vocab_size])
+            pending.clear()
+            held = 0
+
     for seq in sequences:
-        ids = torch.as_tensor(list(seq) if not isinstance(seq, torch.Tensor) else seq, dtype=torch.int64)
-        if ids.numel():
-            counts += torch.bincount(ids, minlength=vocab_size)[:vocab_size]
+        ids = torch.as_tensor(seq, dtype=torch.int64).flatten()
+        pending.append(ids)
+        held += ids.numel()
+        if held >= chunk:
+            flush()
+    flush()
     return counts
 
 

@@ -6,9 +6,10 @@ which is what a drafter must predict; a prompts file is the fallback where no re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from weaver.speculative.draft_vocab import check_size, count_tokens, frequent_token_ids, save_token_map
@@ -18,12 +19,12 @@ from weaver.train.shards import read_shard, shard_paths
 __all__ = ["build_token_map", "cmd_token_map", "prompt_tokens", "reply_tokens"]
 
 
-def reply_tokens(data_dir: str | Path, progress: bool = True) -> Iterator[list[int]]:
-    """The reply tokens (after each prompt) of every sequence in a regeneration directory."""
+def reply_tokens(data_dir: str | Path, progress: bool = True) -> Iterator[np.ndarray]:
+    """The reply tokens (after each prompt) of every sequence in a regeneration directory, int64 arrays."""
     for path in tqdm(shard_paths(data_dir), desc="count replies", unit="shard", disable=not progress):
         tokens, offsets, prompt_lens = read_shard(path)
         for i, plen in enumerate(prompt_lens):
-            yield tokens[offsets[i] + plen : offsets[i + 1]].astype("int64").tolist()
+            yield tokens[offsets[i] + plen : offsets[i + 1]].astype(np.int64)
 
 
 def prompt_tokens(prompts: str | Path, tokenizer, progress: bool = True) -> Iterator[list[int]]:
@@ -34,7 +35,7 @@ def prompt_tokens(prompts: str | Path, tokenizer, progress: bool = True) -> Iter
 
 
 def build_token_map(
-    out: str | Path, size: int, vocab_size: int, sequences: Iterable[list[int]], always: list[int]
+    out: str | Path, size: int, vocab_size: int, sequences: Iterable[Sequence[int]], always: list[int]
 ) -> dict:
     """Count `sequences`, keep the `size` most frequent ids (plus `always`), write the map; a summary dict."""
     counts = count_tokens(sequences, vocab_size)
