@@ -200,11 +200,15 @@ def test_random_is_deterministic() -> None:
         assert not torch.equal(x, z), name
 
 
-def test_save_load_round_trip(tmp_path) -> None:
+@pytest.mark.parametrize("shard_bytes", [None, 4096])
+def test_save_load_round_trip(tmp_path, shard_bytes: int | None) -> None:
     vocab, depth = 11, 4
     inp = make_inputs(1, depth, vocab)
     ad = bound(make_adapter(vocab, layers=2, bias=False), inp)
-    ad.save_pretrained(tmp_path / "w")
+    ad.save_pretrained(tmp_path / "w", max_shard_bytes=shard_bytes)
+    shards = sorted(p.name for p in (tmp_path / "w").glob("*.safetensors"))
+    assert (len(shards) > 1) == (shard_bytes is not None), shards
+    assert all((tmp_path / "w" / name).stat().st_size < 4096 + 1024 for name in shards) or shard_bytes is None
     back = WeaverAdapter.from_pretrained(tmp_path / "w")
     assert back.config == ad.config
     for (name, x), y in zip(ad.state_dict().items(), back.state_dict().values()):

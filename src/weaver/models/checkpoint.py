@@ -158,6 +158,9 @@ def stored_dtype(tensors: dict[str, torch.Tensor]) -> torch.dtype:
     return torch.float32
 
 
+GIT_SHARD_BYTES = 15 << 20  # trained weights we commit: each file under git's 16 MiB limit
+
+
 def write_checkpoint(path: str | Path, config: dict[str, Any], module: nn.Module,
                      max_shard_bytes: int | None = None) -> None:
     """Write `config.json` and the module's parameters (on the CPU) into `path`: one `model.safetensors`, or

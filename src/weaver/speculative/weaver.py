@@ -222,9 +222,10 @@ class WeaverAdapter(nn.Module):
         copy_tensors(params, state_dict, where)  # shapes checked here
         return model.to(device=device, dtype=dtype or stored_dtype(state_dict)).eval()
 
-    def save_pretrained(self, path: str | Path) -> None:
-        """Write config.json and model.safetensors into `path` (created if needed)."""
-        write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self)
+    def save_pretrained(self, path: str | Path, max_shard_bytes: int | None = None) -> None:
+        """Write config.json and model.safetensors into `path` (created if needed; sharded with an index past
+        `max_shard_bytes`, so a grown adapter still fits git's file limit)."""
+        write_checkpoint(path, {"model_type": MODEL_TYPE, **asdict(self.config)}, self, max_shard_bytes)
 
     @torch.no_grad()
     def bind(

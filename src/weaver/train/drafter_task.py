@@ -17,12 +17,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from weaver.llm import resolve_dtype
+from weaver.models.checkpoint import GIT_SHARD_BYTES
 from weaver.models.decoder import Decoder
 from weaver.speculative.drafter import DFlashDrafter
 from weaver.train.anchors import anchored_batch, draft_at_anchors, target_features
 from weaver.train.shards import Batch, SequenceStore
-
-SHARD_BYTES = 15 << 20  # each weight file under git's 16 MiB limit
 
 __all__ = ["DrafterTask", "DrafterTaskConfig", "DrafterTrainer", "block_targets", "init_from_target"]
 
@@ -131,7 +130,7 @@ class DrafterTask:
         dtype = resolve_dtype(self.cfg.save_dtype, torch.device("cpu"))
         copy = DFlashDrafter(drafter.config)
         copy.load_state_dict(drafter.state_dict())
-        copy.to(dtype).save_pretrained(path, max_shard_bytes=SHARD_BYTES)
+        copy.to(dtype).save_pretrained(path, max_shard_bytes=GIT_SHARD_BYTES)
 
     def config(self) -> dict:
         return {"task": self.name, **asdict(self.cfg), "drafter": self.trainer.drafter.config.to_hf(),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from weaver.llm import resolve_dtype
+from weaver.models.checkpoint import GIT_SHARD_BYTES
 from weaver.models.decoder import Decoder
 from weaver.options import RuntimeOptions
 from weaver.speculative.drafter import DFlashDrafter
@@ -175,7 +176,7 @@ class WeaverTask:
         dtype = resolve_dtype(self.cfg.save_dtype, torch.device("cpu"))
         copy = WeaverAdapter(adapter.config)
         copy.load_state_dict(adapter.state_dict(), strict=False)
-        copy.to(dtype).save_pretrained(path)
+        copy.to(dtype).save_pretrained(path, max_shard_bytes=GIT_SHARD_BYTES)
 
     def config(self) -> dict:
         return {"task": self.name, **asdict(self.cfg), "adapter": asdict(self.trainer.adapter.config),
