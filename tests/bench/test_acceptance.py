@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 from weaver.bench.acceptance import warm_generate
@@ -76,3 +78,32 @@ def test_sampled_runs_cover_every_method_asked_for() -> None:
         ("weaver", 64, "traversal")]  # fmt: skip
     assert _sampled_runs(["ddtree"], 32, 15) == [("ddtree", 32, "target_only")]
     assert _sampled_runs(["chain", "weaver"], 0, 15) == []
+
+
+def _report(path, taus: dict[str, float], method: str = "weaver", w: int | None = None) -> str:
+    """A report.json with one weaver run per prompt (the fields `runs_by_prompt` reads)."""
+    path.mkdir()
+    records = [{"workload": "gsm_symbolic", "id": pid, "ar": {"tau": 1.0},
+                "runs": [{"method": method, "budget": 64, "w": w, "greedy": True, "equal_to_ar": True, "tau": t}]}
+               for pid, t in taus.items()]
+    (path / "report.json").write_text(json.dumps({"records": records}))
+    return str(path)
+
+
+def test_compare_acceptance_pairs_prompts(tmp_path) -> None:
+    """The compare script's paired change, standard error and rose / fell / held counts, over common prompts only,
+    and `--pair` holding a renamed run against the old one."""
+    import subprocess
+    import sys
+
+    old = _report(tmp_path / "old", {"a": 2.0, "b": 4.0, "c": 6.0, "z": 9.0})
+    new = _report(tmp_path / "new", {"a": 3.0, "b": 4.0, "c": 5.0}, w=2)
+    script = Path(__file__).parents[2] / "scripts" / "compare_acceptance.py"
+    run = [sys.executable, str(script), "--old", old, "--new", new]
+    unpaired = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    assert "| gsm_symbolic |" not in unpaired  # weaver/64/w2 has no old run of its name
+    out = subprocess.run(run + ["--pair", "weaver/64/w2=weaver/64"], capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if "| gsm_symbolic |" in line)
+    # changes +1, 0, -1 over the 3 common prompts: mean 0, s.e. 1 / sqrt(3)
+    assert row == "| weaver/64/w2 | gsm_symbolic | 3 | 4.00 | 4.00 | +0.000 (0.577) | 1 / 1 / 1 |"
+    assert "equal to ar: 3 of 3" in out
