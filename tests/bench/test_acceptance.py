@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -80,11 +82,11 @@ def test_sampled_runs_cover_every_method_asked_for() -> None:
     assert _sampled_runs(["chain", "weaver"], 0, 15) == []
 
 
-def _report(path, taus: dict[str, float], method: str = "weaver", w: int | None = None) -> str:
+def _report(path: Path, taus: dict[str, float], w: int | None = None) -> str:
     """A report.json with one weaver run per prompt (the fields `runs_by_prompt` reads)."""
     path.mkdir()
     records = [{"workload": "gsm_symbolic", "id": pid, "ar": {"tau": 1.0},
-                "runs": [{"method": method, "budget": 64, "w": w, "greedy": True, "equal_to_ar": True, "tau": t}]}
+                "runs": [{"method": "weaver", "budget": 64, "w": w, "greedy": True, "equal_to_ar": True, "tau": t}]}
                for pid, t in taus.items()]
     (path / "report.json").write_text(json.dumps({"records": records}))
     return str(path)
@@ -93,9 +95,6 @@ def _report(path, taus: dict[str, float], method: str = "weaver", w: int | None 
 def test_compare_acceptance_pairs_prompts(tmp_path) -> None:
     """The compare script's paired change, standard error and rose / fell / held counts, over common prompts only,
     and `--pair` holding a renamed run against the old one."""
-    import subprocess
-    import sys
-
     old = _report(tmp_path / "old", {"a": 2.0, "b": 4.0, "c": 6.0, "z": 9.0})
     new = _report(tmp_path / "new", {"a": 3.0, "b": 4.0, "c": 5.0}, w=2)
     script = Path(__file__).parents[2] / "scripts" / "compare_acceptance.py"

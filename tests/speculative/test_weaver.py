@@ -206,9 +206,10 @@ def test_save_load_round_trip(tmp_path, shard_bytes: int | None) -> None:
     inp = make_inputs(1, depth, vocab)
     ad = bound(make_adapter(vocab, layers=2, bias=False), inp)
     ad.save_pretrained(tmp_path / "w", max_shard_bytes=shard_bytes)
-    shards = sorted(p.name for p in (tmp_path / "w").glob("*.safetensors"))
+    shards = sorted((tmp_path / "w").glob("*.safetensors"))
     assert (len(shards) > 1) == (shard_bytes is not None), shards
-    assert all((tmp_path / "w" / name).stat().st_size < 4096 + 1024 for name in shards) or shard_bytes is None
+    if shard_bytes is not None:  # every shard within the limit, give or take its header
+        assert all(p.stat().st_size < shard_bytes + 1024 for p in shards), [p.stat().st_size for p in shards]
     back = WeaverAdapter.from_pretrained(tmp_path / "w")
     assert back.config == ad.config
     for (name, x), y in zip(ad.state_dict().items(), back.state_dict().values()):
