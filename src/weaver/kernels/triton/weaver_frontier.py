@@ -33,6 +33,7 @@ from weaver.kernels.triton.topk import select_top
 __all__ = ["frontier_pop_inputs", "push_children"]
 
 COLUMNS_PER_PASS = 512  # node-input columns a pass: a 27B adapter's 2,048 in one block spilled registers
+POP_WARPS = 4  # warps of the one program per batch row (scripts/gpu/pop_ab.py times the alternatives)
 
 
 @triton.jit
@@ -150,7 +151,7 @@ def frontier_pop_inputs(
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
             *ptrs, *ints, *strides,
             BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None,
-            num_warps=4, **pdl_launch(f_score.device),
+            num_warps=POP_WARPS, **pdl_launch(f_score.device),
         )  # fmt: skip
     return (step, node, grow, score, *outs)
 
