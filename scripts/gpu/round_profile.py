@@ -21,7 +21,6 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import weaver
-import weaver.kernels.triton.weaver_frontier as pop
 from weaver.bench.scale import NAMED, attach_named
 from weaver.speculative.round import Stages
 
@@ -185,9 +184,6 @@ def main() -> int:
     parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
                         help="after the specs: profile them again with the drafter restricted to this token map or "
                              "first:N, on a new engine in the same process (the draft head's A/B)")
-    parser.add_argument("--pop", nargs="*", default=[], metavar="WARPS:COLUMNS",
-                        help="after the specs: profile the weaver specs again with the build's pop launch at these "
-                             "warps and node-input columns a pass (scripts/gpu/pop_ab.py's A/B), rounds recaptured")
     args = parser.parse_args()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
@@ -202,12 +198,6 @@ def main() -> int:
         torch.cuda.empty_cache()
         print(f"\n# the same specs, the drafter restricted to --draft-vocab {args.draft_vocab}", flush=True)
         profile_specs(llm, [s for s in args.specs if s != "ar"], args.reps)
-    for conf in args.pop:
-        pop.POP_WARPS, pop.COLUMNS_PER_PASS = (int(x) for x in conf.split(":"))
-        llm.engine._captured.clear()  # the launch config is read when a round is captured
-        print(f"\n# the weaver specs again, the pop at {pop.POP_WARPS} warps, {pop.COLUMNS_PER_PASS} columns a pass",
-              flush=True)  # fmt: skip
-        profile_specs(llm, [s for s in args.specs if s.startswith("weaver")], args.reps)
     if args.equal_tokens:
         equal_tokens(llm, args.specs, args.equal_tokens)
     return 0
