@@ -82,11 +82,13 @@ def test_sampled_runs_cover_every_method_asked_for() -> None:
     assert _sampled_runs(["chain", "weaver"], 0, 15) == []
 
 
-def _report(path: Path, taus: dict[str, float], w: int | None = None) -> str:
-    """A report.json with one weaver run per prompt (the fields `runs_by_prompt` reads)."""
+def _report(path: Path, taus: dict[str, float], w: int | None = None, hists: dict | None = None) -> str:
+    """A report.json with one weaver run per prompt (the fields `runs_by_prompt` reads; `hists`: a prompt's
+    accepted_per_depth)."""
     path.mkdir()
     records = [{"workload": "gsm_symbolic", "id": pid, "ar": {"tau": 1.0},
-                "runs": [{"method": "weaver", "budget": 64, "w": w, "greedy": True, "equal_to_ar": True, "tau": t}]}
+                "runs": [{"method": "weaver", "budget": 64, "w": w, "greedy": True, "equal_to_ar": True, "tau": t,
+                          "accepted_per_depth": (hists or {}).get(pid, [])}]}
                for pid, t in taus.items()]
     (path / "report.json").write_text(json.dumps({"records": records}))
     return str(path)
@@ -106,3 +108,16 @@ def test_compare_acceptance_pairs_prompts(tmp_path) -> None:
     # changes +1, 0, -1 over the 3 common prompts: mean 0, s.e. 1 / sqrt(3)
     assert row == "| weaver/64/w2 | gsm_symbolic | 3 | 4.00 | 4.00 | +0.000 (0.577) | 1 / 1 / 1 |"
     assert "equal to ar: 3 of 3" in out
+
+
+def test_acceptance_depths_pools_rounds_once_per_prompt(tmp_path) -> None:
+    """The depth script's P(accepted >= d): rounds pooled over prompts, a prompt in two reports counted once (the
+    later report's record)."""
+    first = _report(tmp_path / "first", {"a": 1.0, "b": 1.0}, hists={"a": [1, 1, 0], "b": [9, 9, 9]})
+    later = _report(tmp_path / "later", {"b": 1.0}, hists={"b": [0, 1, 1]})
+    script = Path(__file__).parents[2] / "scripts" / "acceptance_depths.py"
+    run = [sys.executable, str(script), "--runs", "weaver/64", "--depths", "3", "--reports", first, later]
+    out = subprocess.run(run, capture_output=True, text=True, check=True).stdout
+    row = next(line for line in out.splitlines() if "| weaver/64 |" in line)
+    # pooled rounds by accepted tokens [1, 2, 1] (a, then b from the later report): 4 rounds, >= 1: 3, >= 2: 1
+    assert row == "| gsm_symbolic | weaver/64 | 4 | 0.75 | 0.25 | 0.00 |"
