@@ -7,14 +7,13 @@ checks every output against ar (a builder option changes which tree is built, ne
 
     python3 scripts/weaver_builder_ab.py --eval 32 --variants w=1 c=16 --shard 0/2 --out /tmp/ab/s0.json
 
-A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. Three keys are not
+A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. Two keys are not
 builder options but experiments on the bound adapter (never runtime switches): `r=0.8` scales its learned correction
 of the drafter's logits (pool logit = prior + r * R[c] . y; r = 0 ranks by the drafter's marginals alone, as ddtree
 does), `t=0.7` divides the whole pool logit by a temperature (session 32's experiment: sharpening the tree's
-cross-depth comparisons), `m=0.7` scores the root's children (depth 1) by the mixture m * p_weaver + (1 - m) *
-p_drafter (the drafter's softmax over the depth-1 pool) and keeps the top c of it (session 43: weaver's depth-1
-acceptance is below ddtree's on chat and code, 0.79 against 0.84 on MT-Bench). `--held-in N` decodes the first
-N single-turn training prompts of each source instead (choose there, confirm on the evaluation prompts).
+cross-depth comparisons). `--held-in N` decodes the first N single-turn training prompts of each source instead
+(choose there, confirm on the evaluation prompts). Session 43's `m=` (the root's children scored by a mixture with the
+drafter's depth-1 softmax) lost and was deleted; it ran at 10bac22 (acceptance/cpu_session43/COMMAND.txt).
 """
 
 from __future__ import annotations
@@ -26,10 +25,7 @@ import math
 import statistics
 import time
 
-import torch
-
 import weaver
-from weaver.ops.weaver_frontier import frontier_push
 from weaver.speculative.weaver import WeaverAdapter
 from weaver.train.data import build_training_prompts, eval_prompts
 
@@ -59,44 +55,13 @@ def patch_pool_prior() -> None:
     WeaverAdapter.begin_round = begin_round
 
 
-def patch_root_mixture() -> None:
-    """expand_root scores the root's children by log(m p_weaver + (1 - m) p_drafter) over the depth-1 pool, m the
-    adapter's `_root_mix` (1.0: the builder's own expand_root, bit for bit)."""
-    import weaver.speculative.builders.weaver as builder_module
-
-    original = builder_module.expand_root
-
-    def expand_root(adapter, state, frontier, c):
-        mix = getattr(adapter, "_root_mix", 1.0)
-        if mix == 1.0:
-            return original(adapter, state, frontier, c)
-        b, w = frontier.count.shape[0], frontier.width
-        dev = frontier.score.device
-        lane = torch.arange(w, device=dev)
-        first = (lane == 0).expand(b, w)
-        zeros = torch.zeros(b, w, dtype=torch.long, device=dev)
-        slot = torch.where(first, 0, frontier.n + lane)
-        token = torch.where(first, frontier.nodes[:, :w, 1], 0)
-        x, rows, pool = adapter._grow(state, slot, token, zeros - 1, zeros, zeros)
-        logp, ids = adapter._pool_logp(state, x, rows, pool)  # [B, w, K]
-        prior = torch.log_softmax(state.pool_prior[rows, pool], dim=-1)
-        mixed = torch.logaddexp(logp + math.log(mix), prior + math.log1p(-mix)) if mix > 0 else prior
-        top_lp, top_ix = torch.topk(mixed, c, dim=-1)
-        top_tok = ids.gather(-1, top_ix)
-        top_cand = 1 + pool[..., None] * state.pool_ids.shape[2] + top_ix
-        score = torch.zeros(b, w, dtype=torch.float64, device=dev)
-        frontier_push(*frontier.push_args(), zeros, first, score, zeros, top_lp.float(), top_tok, top_cand)
-
-    builder_module.expand_root = expand_root
-
-
-def parse_variant(text: str) -> tuple[dict[str, int], float, float, float]:
-    """`w=1,c=16,r=0.8,t=0.7,m=0.7` -> ({"w": 1, "c": 16}, 0.8, 0.7, 0.7); `default` -> ({}, 1.0, 1.0, 1.0)."""
+def parse_variant(text: str) -> tuple[dict[str, int], float, float]:
+    """`w=1,c=16,r=0.8,t=0.7` -> ({"w": 1, "c": 16}, 0.8, 0.7); `default` -> ({}, 1.0, 1.0)."""
     if text == "default":
-        return {}, 1.0, 1.0, 1.0
+        return {}, 1.0, 1.0
     items = dict(kv.split("=") for kv in text.split(","))
-    scale, temperature, mix = (float(items.pop(k, 1.0)) for k in ("r", "t", "m"))
-    return {k: int(v) for k, v in items.items()}, scale, temperature, mix
+    scale, temperature = float(items.pop("r", 1.0)), float(items.pop("t", 1.0))
+    return {k: int(v) for k, v in items.items()}, scale, temperature
 
 
 def summarise(runs: list[str], baselines: list[str], aliases: dict[str, str] | None = None) -> None:
@@ -164,7 +129,6 @@ def main() -> int:
     llm.engine._bind_draft_models()
     bound_r = llm.adapter.residual_lm_head.clone()
     patch_pool_prior()
-    patch_root_mixture()
     records = []
     for workload, pid, text in prompts:
         start = time.time()
@@ -172,10 +136,9 @@ def main() -> int:
         ar = llm.generate(text, method="ar", **gen)
         rec = {"workload": workload, "id": pid, "runs": {}}
         for variant in args.variants:
-            options, scale, temperature, mix = parse_variant(variant)
+            options, scale, temperature = parse_variant(variant)
             llm.adapter.residual_lm_head = bound_r * (scale / temperature)
             llm.adapter._score_temperature = temperature
-            llm.adapter._root_mix = mix
             out = llm.generate(text, method="weaver", budget=args.budget, builder_options=options or None, **gen)
             rec["runs"][variant] = {"tau": out.stats.tau, "equal": out.token_ids == ar.token_ids,
                                     "per_depth": list(out.stats.accepted_per_depth)}  # fmt: skip
