@@ -7,14 +7,14 @@ checks every output against ar (a builder option changes which tree is built, ne
 
     python3 scripts/weaver_builder_ab.py --eval 32 --variants w=1 c=16 --shard 0/2 --out /tmp/ab/s0.json
 
-A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. Three keys are not
+A variant is comma-separated builder options (`w=1,c=16`); `default` is the builder's defaults. Two keys are not
 builder options but experiments on the bound adapter (never runtime switches): `r=0.8` scales its learned correction
 of the drafter's logits (pool logit = prior + r * R[c] . y; r = 0 ranks by the drafter's marginals alone, as ddtree
 does), `t=0.7` divides the whole pool logit by a temperature (session 32's experiment: sharpening the tree's
 cross-depth comparisons). `--held-in N` decodes the first N single-turn training prompts of each source instead
 (choose there, confirm on the evaluation prompts). Session 43's `m=` (the root's children scored by a mixture with the
-drafter's depth-1 softmax) lost and was deleted; it ran at 10bac22 (acceptance/cpu_session43/COMMAND.txt). `b=-0.1`
-adds a per-depth bias to every pushed child's log p (best-first on score + b * depth; b < 0 favours breadth).
+drafter's depth-1 softmax, run at 10bac22) and `b=` (a per-depth bias on the search, run at 7c05bbe) lost and were
+deleted (acceptance/cpu_session43/COMMAND.txt).
 """
 
 from __future__ import annotations
@@ -56,29 +56,13 @@ def patch_pool_prior() -> None:
     WeaverAdapter.begin_round = begin_round
 
 
-DEPTH_BIAS = [0.0]  # the `b=` experiment's bias, set per variant
-
-
-def patch_depth_bias() -> None:
-    """The reference loop's push adds DEPTH_BIAS[0] to every child's log p (0: the push as it is)."""
-    import weaver.speculative.builders.frontier as frontier_module
-
-    original = frontier_module.frontier_push
-
-    def frontier_push(*args):
-        *head, top_lp, top_tok, top_cand = args
-        return original(*head, top_lp + DEPTH_BIAS[0] if DEPTH_BIAS[0] else top_lp, top_tok, top_cand)
-
-    frontier_module.frontier_push = frontier_push
-
-
-def parse_variant(text: str) -> tuple[dict[str, int], float, float, float]:
-    """`w=1,c=16,r=0.8,t=0.7,b=-0.1` -> ({"w": 1, "c": 16}, 0.8, 0.7, -0.1); `default` -> ({}, 1.0, 1.0, 0.0)."""
+def parse_variant(text: str) -> tuple[dict[str, int], float, float]:
+    """`w=1,c=16,r=0.8,t=0.7` -> ({"w": 1, "c": 16}, 0.8, 0.7); `default` -> ({}, 1.0, 1.0)."""
     if text == "default":
-        return {}, 1.0, 1.0, 0.0
+        return {}, 1.0, 1.0
     items = dict(kv.split("=") for kv in text.split(","))
-    scale, temperature, bias = (float(items.pop(k, d)) for k, d in (("r", 1.0), ("t", 1.0), ("b", 0.0)))
-    return {k: int(v) for k, v in items.items()}, scale, temperature, bias
+    scale, temperature = float(items.pop("r", 1.0)), float(items.pop("t", 1.0))
+    return {k: int(v) for k, v in items.items()}, scale, temperature
 
 
 def summarise(runs: list[str], baselines: list[str], aliases: dict[str, str] | None = None) -> None:
@@ -146,7 +130,6 @@ def main() -> int:
     llm.engine._bind_draft_models()
     bound_r = llm.adapter.residual_lm_head.clone()
     patch_pool_prior()
-    patch_depth_bias()
     records = []
     for workload, pid, text in prompts:
         start = time.time()
@@ -154,7 +137,7 @@ def main() -> int:
         ar = llm.generate(text, method="ar", **gen)
         rec = {"workload": workload, "id": pid, "runs": {}}
         for variant in args.variants:
-            options, scale, temperature, DEPTH_BIAS[0] = parse_variant(variant)
+            options, scale, temperature = parse_variant(variant)
             llm.adapter.residual_lm_head = bound_r * (scale / temperature)
             llm.adapter._score_temperature = temperature
             out = llm.generate(text, method="weaver", budget=args.budget, builder_options=options or None, **gen)
