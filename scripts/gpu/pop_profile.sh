@@ -5,9 +5,9 @@
 #                            ddtree 16) with random 4- and 6-layer drafters (what the drafter's two added layers cost
 #                            a round: the H100's chain-15 rounds of session 42 were 0.27 ms above the H200's of
 #                            session 28, which had the 4-layer drafter).
-#   (As run, at 10bac22, the call also kept pop_ab's fastest 27B pop config for a second phase, the 27B weaver-64
-#   profile with it; both were deleted unrun: the configs differ by at most ~1.1 us a step,
-#   kernels/h100_session43_pop/COMMAND.txt.)
+#   (As run, at 10bac22, the call also picked pop_ab's fastest 27B pop config, 8:2048, for a second phase: the 27B
+#   weaver-64 profile with it. The phase was deleted unrun and the pick with it: the configs differ by at most ~1.1 us
+#   a step, kernels/h100_session43_pop/COMMAND.txt.)
 OUT=${OUT:-/tmp/pop_out}
 source "$(dirname "$0")/setup.sh" > "$OUT/gpu.txt" 2>&1  # not through a pipe: its exports must stay
 cat "$OUT/gpu.txt"
