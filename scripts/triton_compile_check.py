@@ -146,8 +146,8 @@ def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict) -> str:
     block_n, block_k, warps = dc.gemv_config(n, k, rows, torch.device("cuda"))
     ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
     args = {p: "*bf16" for p in ptrs}
-    args.update(K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32", stride_rm="i32",
-                stride_om="i32")  # fmt: skip
+    args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32",
+                stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
                  GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)))
     const.update(flags)

@@ -30,18 +30,22 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
     fp32_out=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     config=st.sampled_from([None, (2, 64, 1), (16, 16, 4)]),  # (BLOCK_N, BLOCK_K, num_warps); None: gemv_config
+    block_m=st.sampled_from([1, 2, 4]),  # rows a program
     seed=st.integers(0, 10_000),
 )
 @pinned(  # default tiles (16 x 128): K = 129, two K steps, the last of one column; SwiGLU's 17 outputs, a
     # masked tail; then one element; then K = 65 past 64-column steps, 2-output tiles, fp32 out
     dict(m=3, k=129, n=34, norm=True, swiglu=True, residual=True, fp32_out=False, dtype=torch.bfloat16, config=None,
-         seed=1),
+         block_m=1, seed=1),
     dict(m=1, k=1, n=2, norm=False, swiglu=False, residual=False, fp32_out=False, dtype=torch.float32,
-         config=(16, 16, 4), seed=2),
+         config=(16, 16, 4), block_m=1, seed=2),
     dict(m=2, k=65, n=10, norm=True, swiglu=False, residual=False, fp32_out=True, dtype=torch.float32,
-         config=(2, 64, 1), seed=3),
+         config=(2, 64, 1), block_m=1, seed=3),
+    # 3 rows in 2-row programs: the second program's row 4 is masked off; norm, SwiGLU and the residual per row
+    dict(m=3, k=129, n=34, norm=True, swiglu=True, residual=True, fp32_out=False, dtype=torch.bfloat16, config=None,
+         block_m=2, seed=4),
 )
-def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, dtype, config, seed):
+def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out, dtype, config, block_m, seed):
     gen = torch.Generator().manual_seed(seed)
     x = (torch.randn(m, k, generator=gen) * 3).to(dtype).to(DEVICE)
     w = (torch.randn(n, k, generator=gen) / k**0.5).to(dtype).to(DEVICE)
@@ -50,7 +54,7 @@ def test_fused_gemv_matches_reference(m, k, n, norm, swiglu, residual, fp32_out,
     res = torch.randn(m, n_out, generator=gen).to(dtype).to(DEVICE) if residual else None
     out_dtype = torch.float32 if fp32_out else None
     kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=swiglu, out_dtype=out_dtype)
-    got = wt.fused_gemv(x, w, **kw, config=config)
+    got = wt.fused_gemv(x, w, **kw, config=config, block_m=block_m)
 
     def exact(t):  # fp32 cases: a float64 reference; bf16 cases: the same bf16 rounding points
         return t.double() if t is not None and dtype == torch.float32 else t

@@ -9,12 +9,14 @@ options) instead of ~7 kernels (two cuBLAS GEMMs with bias, one without, the nor
 
 with the rounding points of its torch reference, `weaver.ops.adapter_finish` (= `WeaverBlock.finish`), in the
 model dtype. A step has a few node rows, so each launch is the per-row decode GEMV (one program per output tile
-and row; the rows re-read the tile from L2).
+and its node rows, up to 8: each weight tile is read once for all of them, which matters at the paper's width,
+whose 32 MB a step pass L2).
 """
 
 from __future__ import annotations
 
 import torch
+import triton
 
 from weaver.kernels.triton.decode import fused_gemv
 
@@ -33,9 +35,10 @@ def adapter_finish(
     down_weight: torch.Tensor,  # [d, mlp]
     down_bias: torch.Tensor | None,  # [d]
     swiglu: bool = False,
+    block_m: int | None = None,  # rows a GEMV program takes; None: all R rows, up to 8
 ) -> torch.Tensor:
     """`weaver.ops.adapter_finish.adapter_finish` on [R, d] rows (attention concatenated over heads) -> [R, d]."""
-    gemv = dict(row_tiles=False)
+    gemv = dict(row_tiles=False, block_m=block_m or min(8, triton.next_power_of_2(x.shape[0])))
     x1 = fused_gemv(attn, o_weight, residual=x, **gemv)
     h = fused_gemv(x1, up_weight, norm_weight, eps, norm_fp32=True, norm_bias=norm_bias, bias=up_bias,
                    gelu=not swiglu, swiglu=swiglu, **gemv)  # fmt: skip

@@ -30,19 +30,21 @@ from weaver.kernels.triton._utils import (
 )
 
 
-def gemv_config(n_out: int, k: int, rows: int, device: torch.device) -> tuple[int, int, int]:
-    """(BLOCK_N, BLOCK_K, num_warps) for an [n_out, k] GEMV over `rows` input rows.
+def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: int = 1) -> tuple[int, int, int]:
+    """(BLOCK_N, BLOCK_K, num_warps) for an [n_out, k] GEMV over `rows` input rows, block_m of them a program.
 
     One warp per program and a 1024-element weight tile: on the H200 that is the fastest, or within
     0.3 us of it, for every SmolLM2 shape (benchmarks/results/ar/v3/decode_sweep.txt): tiny programs,
     many of them, so the loads of all SMs are in flight at once. Wide outputs (the LM head) take taller
-    tiles to bound the program count. Under the CPU interpreter, few large programs run fastest.
+    tiles to bound the program count; a program of block_m rows takes block_m warps. Under the CPU interpreter,
+    few large programs run fastest.
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
-    block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
+    programs = n_out * triton.cdiv(rows, block_m)  # per output row
+    block_n = 2 if programs <= 1024 else 4 if programs <= 4096 else 16
     block_k = min(1024 // block_n, triton.next_power_of_2(k))
-    return block_n, block_k, 1
+    return block_n, block_k, block_m
 
 
 ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
@@ -93,70 +95,70 @@ def _round(x, DTYPE: tl.constexpr):
 @triton.jit
 def _gemv_kernel(
     x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, bias_ptr, norm_bias_ptr,
-    K, N_OUT, HALF, eps,
+    M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
-    GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1,
+    GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
 ):
+    """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
+    decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
     pid_n = tl.program_id(0)
-    m = tl.program_id(1)
+    o_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    m_ok = o_m < M
     dtype = x_ptr.dtype.element_ty
-    rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N_OUT
+    o_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = o_n < N_OUT
     if PDL:  # as in _gemm_rows_kernel: this program's weight rows toward L2, then wait for the previous kernel
-        prefetch_rows(w_ptr + tl.minimum(rows, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
+        prefetch_rows(w_ptr + tl.minimum(o_n, N_OUT - 1)[:, None] * stride_wn, K, K_LINES)
         if SWIGLU:
-            prefetch_rows(w_ptr + (tl.minimum(rows, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
+            prefetch_rows(w_ptr + (tl.minimum(o_n, N_OUT - 1) + HALF)[:, None] * stride_wn, K, K_LINES)
         pdl_wait()
     cols0 = tl.arange(0, BLOCK_K)
-    x_row = x_ptr + m * stride_xm
-    rstd = 1.0
-    if NORM:  # RMSNorm statistics of the whole input row, recomputed by every program
-        sq = tl.zeros([BLOCK_K], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + k0 + cols0, mask=k0 + cols0 < K, other=0.0).to(tl.float32)
-            sq += xk * xk
-        rstd = 1.0 / tl.sqrt(tl.sum(sq, axis=0) / K + eps)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_N], dtype=tl.float32)
+    p_x = x_ptr + o_m[:, None] * stride_xm  # [BLOCK_M, 1]
+    rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
+    if NORM:  # RMSNorm statistics of the whole input rows, recomputed by every program
+        rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
-        xk = tl.load(x_row + cols, mask=col_ok, other=0.0).to(tl.float32)
+        xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         if NORM:
-            nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             if NORM_FP32:  # WeaverNorm: weight * x / rms(x) (+ bias) in fp32, one rounding
-                xk = xk * rstd * nw
+                xk = xk * rstd[:, None] * nw
                 if NORM_BIAS:
-                    xk += tl.load(norm_bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                    xk += tl.load(norm_bias_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
                 xk = _round(xk, dtype)
             else:
-                xk = _round(_round(xk * rstd, dtype) * nw, dtype)
-        tile = row_ok[:, None] & col_ok[None, :]
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
-        acc += tl.sum(w * xk[None, :], axis=1)
+                xk = _round(_round(xk * rstd[:, None], dtype) * nw, dtype)
+        tile = n_ok[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + o_n[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        acc += tl.sum(w[None, :, :] * xk[:, None, :], axis=2)
         if SWIGLU:
-            w_up = tl.load(w_ptr + (rows[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
-            acc_up += tl.sum(w_up.to(tl.float32) * xk[None, :], axis=1)
+            w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
+            acc_up += tl.sum(w_up.to(tl.float32)[None, :, :] * xk[:, None, :], axis=2)
     y = acc
     if SWIGLU:  # silu(gate) * up; with BIAS each half's bias joins its accumulator before its one rounding
         up = acc_up
         if BIAS:
-            y += tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-            up += tl.load(bias_ptr + rows + HALF, mask=row_ok, other=0.0).to(tl.float32)
+            y += tl.load(bias_ptr + o_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            up += tl.load(bias_ptr + o_n + HALF, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         gate = _round(y, dtype)
         y = _round(gate / (1.0 + tl.exp(-gate)), dtype) * _round(up, dtype)
     elif BIAS:  # nn.Linear's bias joins the fp32 accumulator before the one rounding
-        y = _round(y + tl.load(bias_ptr + rows, mask=row_ok, other=0.0).to(tl.float32), dtype)
+        y = _round(y + tl.load(bias_ptr + o_n, mask=n_ok, other=0.0).to(tl.float32)[None, :], dtype)
     if GELU:  # exact (erf) GELU of the rounded linear output
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    out_tile = m_ok[:, None] & n_ok[None, :]
     if RESIDUAL:
-        r = tl.load(res_ptr + m * stride_rm + rows, mask=row_ok, other=0.0).to(tl.float32)
+        r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=out_tile, other=0.0).to(tl.float32)
         y = _round(y, dtype) + r
     out_dtype = out_ptr.dtype.element_ty
-    tl.store(out_ptr + m * stride_om + rows, _round(y, out_dtype).to(out_dtype), mask=row_ok)
+    tl.store(out_ptr + o_m[:, None] * stride_om + o_n[None, :], _round(y, out_dtype).to(out_dtype), mask=out_tile)
 
 
 def fused_gemv(
@@ -172,6 +174,7 @@ def fused_gemv(
     row_tiles: bool | None = None,  # BLOCK_M rows per program; None: from ROW_TILE_MIN_M rows or with norm_out
     tiles: GemmTiles | None = None,  # the row-tiled launch (implies row_tiles); None: tuned or gemm_rows_config
     *,
+    block_m: int = 1,  # rows a program of the per-row GEMV reads each weight tile for (a power of two <= 8)
     norm_fp32: bool = False,  # the Weaver adapter's norm: weight * x / rms(x) (+ norm_bias) in fp32, one rounding
     norm_bias: torch.Tensor | None = None,  # [K] (needs norm_fp32)
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
@@ -182,7 +185,7 @@ def fused_gemv(
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
     bias also goes with swiglu).
 
-    Below ROW_TILE_MIN_M rows each program reads its weight tile for one row (the tuned decode GEMV);
+    Below ROW_TILE_MIN_M rows each program reads its weight tile for block_m rows (the tuned decode GEMV: one);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
     The row-tiled launch is `tiles`, else the entry of the WEAVER_TRITON_TUNING table for this shape
     (`tuning`), else `gemm_rows_config`.
@@ -210,6 +213,8 @@ def fused_gemv(
     if adapter_opts and (row_tiles or tiles is not None or norm_out is not None or (gelu and swiglu)):
         raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no tiles; gelu or "
                          "swiglu, not both)")
+    if block_m not in (1, 2, 4, 8):
+        raise ValueError(f"block_m must be 1, 2, 4 or 8, got {block_m}")
     if bias is not None and bias.shape != (n,):
         raise ValueError(f"bias must be [{n}] (one entry a weight row), got {tuple(bias.shape)}")
     if norm_bias is not None and not (norm_fp32 and norm_weight is not None):
@@ -228,16 +233,16 @@ def fused_gemv(
         raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
-    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device)
-    grid = (triton.cdiv(n_out, block_n), m)
+    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m)
+    grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
         bias if bias is not None else out, norm_bias if norm_bias is not None else out,
-        k, n_out, n_out, eps,
+        m, k, n_out, n_out, eps,
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu,
+        NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
         **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
