@@ -77,13 +77,15 @@ def finish_ab(rows: int) -> None:
               flush=True)
 
 
-def gemv_calls(x: torch.Tensor, weights: list[torch.Tensor], block_m: int, cfg, **kw):
-    """fused_gemv(x, W, **kw) with launch cfg (None: gemv_config), all rows a program, the next W at every call."""
+def gemv_calls(x: torch.Tensor, weights: list[torch.Tensor], block_m: int, cfg, row_tiles: bool = False, **kw):
+    """fused_gemv(x, W, **kw) with launch cfg (None: gemv_config), block_m rows a program (or the row-tiled launch),
+    the next W at every call."""
     state = {"j": 0}
 
     def run():
         state["j"] += 1
-        return fused_gemv(x, weights[state["j"] % len(weights)], **kw, config=cfg, row_tiles=False, block_m=block_m)
+        return fused_gemv(x, weights[state["j"] % len(weights)], **kw, config=cfg, row_tiles=row_tiles,
+                          block_m=block_m)
     return run
 
 
@@ -113,7 +115,10 @@ def gemv_sweep(rows: int, widths: tuple[int, ...]) -> None:
                             results.append((us(gemv_calls(x, weights, block_m, (bn, bk, warps), **kw)),
                                             (bn, bk, warps)))  # fmt: skip
             best = sorted(results)[:5]
-            print(f"width {width} {name}: default {default} {results[0][0]:.2f} us; best "
+            tiled = ""
+            if "norm_fp32" not in kw:  # the verify's row-tiled launch (tl.dot, 16-row tiles), which has no norm_fp32
+                tiled = f"; row-tiled (tl.dot) {us(gemv_calls(x, weights, block_m, None, row_tiles=True, **kw)):.2f}"
+            print(f"width {width} {name}: default {default} {results[0][0]:.2f} us{tiled}; best "
                   + ", ".join(f"{cfg} {t:.2f}" for t, cfg in best), flush=True)
 
 
