@@ -109,10 +109,10 @@ def gemv_sweep(rows: int, widths: tuple[int, ...]) -> None:
             n = weights[0].shape[0] // (2 if kw.get("swiglu") else 1)
             default = gemv_config(n, width, rows, torch.device(DEV), block_m)
             results = [(us(gemv_calls(x, weights, block_m, None, **kw)), default)]
-            for bn in (1, 2, 4, 8):
-                for bk in (64, 128, 256, 512):
-                    for warps in (1, 2, 4):
-                        if (bn, bk, warps) != default and bn * bk * block_m <= 8192:
+            for bn in (1, 2, 4):
+                for bk in (256, 512, 1024, 2048):
+                    for warps in (1, 2, 4, 8):
+                        if (bn, bk, warps) != default and bn * bk * block_m <= 32768:
                             results.append((us(gemv_calls(x, weights, block_m, (bn, bk, warps), **kw)),
                                             (bn, bk, warps)))  # fmt: skip
             best = sorted(results)[:5]

@@ -184,9 +184,6 @@ def main() -> int:
     parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
                         help="after the specs: profile them again with the drafter restricted to this token map or "
                              "first:N, on a new engine in the same process (the draft head's A/B)")
-    parser.add_argument("--finish-any-width", action="store_true",
-                        help="last: the weaver specs again on a new engine with the adapter finish's GEMV launches at "
-                             "every width (FUSED_FINISH_MAX_BYTES lifted; the A/B of their rows-a-program launch)")
     args = parser.parse_args()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
@@ -201,15 +198,6 @@ def main() -> int:
         torch.cuda.empty_cache()
         print(f"\n# the same specs, the drafter restricted to --draft-vocab {args.draft_vocab}", flush=True)
         profile_specs(llm, [s for s in args.specs if s != "ar"], args.reps)
-    if args.finish_any_width:
-        import weaver.kernels.adapter_finish as finish
-
-        finish.FUSED_FINISH_MAX_BYTES = 1 << 40
-        torch._dynamo.reset()  # the compiled build read the old limit
-        llm.set_draft_vocab(args.draft_vocab)  # a new engine, the same head
-        torch.cuda.empty_cache()
-        print("\n# the weaver specs, the adapter finish's GEMV launches at every width", flush=True)
-        profile_specs(llm, [s for s in args.specs if s.startswith("weaver")], args.reps)
     if args.equal_tokens:
         equal_tokens(llm, args.specs, args.equal_tokens)
     return 0

@@ -86,26 +86,6 @@ def test_fused_finish_runs_what_the_options_say(kind: str) -> None:
                            adapter_finish(x, attn, *_weights(block)))  # fmt: skip
 
 
-def test_fused_finish_leaves_large_blocks_to_the_reference(monkeypatch) -> None:
-    """A block whose three matrices pass FUSED_FINISH_MAX_BYTES runs the torch reference (cuBLAS on a GPU) even
-    where the kernels run; at the threshold itself the launches still run."""
-    import weaver.kernels.adapter_finish as dispatch
-
-    block = _block(16, 20, True, torch.float32, 5, "swiglu")
-    gen = torch.Generator().manual_seed(7)
-    x, attn = (torch.randn(3, 16, generator=gen).to(DEVICE) for _ in range(2))
-    size = dispatch.finish_bytes((x, attn, *block.finish_weights()))
-    assert size == 4 * (16 * 16 + 40 * 16 + 16 * 20)
-    with torch.no_grad():
-        kernel = adapter_finish(x, attn, *_weights(block))
-        want = reference.adapter_finish(x, attn, *_weights(block))
-        assert not torch.equal(kernel, want)  # the two paths are told apart by their rounding
-        monkeypatch.setattr(dispatch, "FUSED_FINISH_MAX_BYTES", size)
-        assert torch.equal(fused_finish(block, x, attn, RuntimeOptions(kernels="triton")), kernel)
-        monkeypatch.setattr(dispatch, "FUSED_FINISH_MAX_BYTES", size - 1)
-        assert torch.equal(fused_finish(block, x, attn, RuntimeOptions(kernels="triton")), want)
-
-
 @pytest.mark.skipif(not FULL, reason="the custom op launches compiled kernels (GPU run)")
 @pytest.mark.parametrize("kind", MLPS)
 def test_adapter_finish_op_is_the_launcher(kind: str) -> None:

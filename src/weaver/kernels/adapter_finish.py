@@ -17,13 +17,12 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.ops.adapter_finish import adapter_finish
 from weaver.options import RuntimeOptions
 
-__all__ = ["FUSED_FINISH_MAX_BYTES", "adapter_finish_op", "fused_finish"]
+__all__ = ["adapter_finish_op", "fused_finish"]
 
-# The three per-row GEMVs win where a step is launch-bound; each re-reads its weight tile once per node row, so
-# at the paper's width 2048 (32 MB a step) cuBLAS, through the compiled torch reference, wins. H200, 4 node rows,
-# us a step, fused / compiled torch: width 512 (2 MB) 6.1 / 14.4, 1024 (8 MB) 13.0 / 21.2, 2048 (32 MB) 95.0 / 25.2
-# (benchmarks/results/scale/h200_session31/call3_after/adapter_build_ab.txt, scripts/gpu/adapter_build_ab.py).
-FUSED_FINISH_MAX_BYTES = 16 << 20
+# The three GEMVs take all of a step's node rows in one program each, so every weight tile is read once: they beat
+# the torch reference compiled on cuBLAS (5 launches) at every width. H100, 4 node rows, us a step, fused / compiled
+# torch: width 512 (2 MB) 6.6 / 13.6, 1024 (8 MB) 10.0 / 16.3, 2048 (32 MB) 24.6 / 29.2; at the 27B shape the weaver-64
+# build fell 1.157 -> 1.083 ms (benchmarks/results/scale/h100_session44_finish/, scripts/gpu/adapter_build_ab.py).
 
 
 @torch.library.custom_op("weaver::adapter_finish", mutates_args=())
@@ -48,11 +47,6 @@ def _adapter_finish_fake(x, attn, o_weight, norm_weight, norm_bias, eps, up_weig
 def fused_finish(block: torch.nn.Module, x: torch.Tensor, attn: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
     """`block.finish` of a `WeaverBlock` on rows: x [R, d] and attn [R, d] (heads concatenated) -> [R, d]."""
     args = (x, attn, *block.finish_weights())
-    if use_kernel(options, x) and finish_bytes(args) <= FUSED_FINISH_MAX_BYTES:
+    if use_kernel(options, x):
         return launch(adapter_finish_op, "weaver.kernels.triton.adapter_finish", "adapter_finish", *args)
     return adapter_finish(*args)
-
-
-def finish_bytes(args: tuple) -> int:
-    """Bytes of the three weight matrices of `fused_finish`'s arguments (o_proj, the MLP's up and down)."""
-    return sum(w.numel() * w.element_size() for w in (args[2], args[6], args[8]))

@@ -41,10 +41,11 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: in
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
-    programs = n_out * triton.cdiv(rows, block_m)  # per output row
-    block_n = 2 if programs <= 1024 else 4 if programs <= 4096 else 16
+    if block_m > 1:  # the adapter's node rows: whole input rows in one load, two warps (H100, adapter_build_ab.py)
+        return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
+    block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
     block_k = min(1024 // block_n, triton.next_power_of_2(k))
-    return block_n, block_k, block_m
+    return block_n, block_k, 1
 
 
 ROW_TILE_MIN_M = 16  # rows from which fused_gemv tiles M (tl.dot needs 16-row tiles; below, the decode GEMV)
