@@ -1,6 +1,7 @@
-"""Device, issue 19: the Weaver build's pool selection (top-512 of each depth's drafter logits, unsorted), timed in
-the logits' dtype against after a cast to fp32 (the build's choice before session 44). torch.topk's radix select
-takes one pass per 8-bit digit: 4 for fp32, 2 for bf16. Both name the same pool but for tied logits at its edge.
+"""Device, issue 19: the Weaver build's pool selection (top-512 of each depth's drafter logits, unsorted) on fp32
+logits, as the build gets them (both drafter heads emit fp32), against the same logits in bf16. torch.topk's radix
+select takes one pass per 8-bit digit: 4 for fp32, 2 for bf16. Both name the same pool but for tied logits at its
+edge. Session 44: bf16 would save ~33 us of a 27B build; it needs the drafter's head to hand out bf16 logits.
 
     python3 scripts/gpu/pool_topk_ab.py | tee $OUT/pool_topk_ab.txt
 """

@@ -90,12 +90,10 @@ class WeaverPlan:
     def begin(self, marginals_logits: torch.Tensor, root: torch.Tensor) -> WeaverRound:
         """Pools (top-K of the drafter's logits per depth, raw logits as prior), the adapter's prefix pass and
         its candidate table."""
-        # [B, D', K] each; unsorted (any order names the same pool; the H200 skips a 19 us sort a round). Selected
-        # in the logits' own dtype: bf16 logits take a 16-bit radix select (2 digit passes, not fp32's 4), and their
-        # fp32 values are exact, so the pool is the same but for which of several tied logits fills the last places
-        prior, ids = torch.topk(marginals_logits[:, : self.depth], self.k, dim=-1, sorted=False)
+        # [B, D', K] each; unsorted (any order names the same pool; the H200 skips a 19 us sort a round)
+        prior, ids = torch.topk(marginals_logits[:, : self.depth].float(), self.k, dim=-1, sorted=False)
         return self.adapter.begin_round(
-            self.target_hidden, self.draft_hidden, ids, prior.float(), self.n + self.width, root=root
+            self.target_hidden, self.draft_hidden, ids, prior, self.n + self.width, root=root
         )
 
 
