@@ -36,12 +36,13 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: in
     One warp per program and a 1024-element weight tile: on the H200 that is the fastest, or within
     0.3 us of it, for every SmolLM2 shape (benchmarks/results/ar/v3/decode_sweep.txt): tiny programs,
     many of them, so the loads of all SMs are in flight at once. Wide outputs (the LM head) take taller
-    tiles to bound the program count; a program of block_m rows takes block_m warps. Under the CPU interpreter,
-    few large programs run fastest.
+    tiles to bound the program count. A program of block_m > 1 rows (a Weaver adapter step's nodes) loads whole
+    input rows at once with two warps: the fastest on an H100 at widths 512 and 2048, up to 2.8x the per-row tiles
+    (benchmarks/results/scale/h100_session44_finish). Under the CPU interpreter, few large programs run fastest.
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
-    if block_m > 1:  # the adapter's node rows: whole input rows in one load, two warps (H100, adapter_build_ab.py)
+    if block_m > 1:
         return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
     block_k = min(1024 // block_n, triton.next_power_of_2(k))
