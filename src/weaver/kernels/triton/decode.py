@@ -37,7 +37,7 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: in
     0.3 us of it, for every SmolLM2 shape (benchmarks/results/ar/v3/decode_sweep.txt): tiny programs,
     many of them, so the loads of all SMs are in flight at once. Wide outputs (the LM head) take taller
     tiles to bound the program count. A program of block_m > 1 rows (a Weaver adapter step's nodes) loads whole
-    input rows at once with two warps: the fastest on an H100 at widths 512 and 2048, up to 2.8x the per-row tiles
+    input rows at once with two warps: on an H100 at width 2048, 2.8-3.2x faster than the per-row rule's tiles
     (benchmarks/results/scale/h100_session44_finish). Under the CPU interpreter, few large programs run fastest.
     """
     if device.type != "cuda":
