@@ -106,3 +106,22 @@ def test_gemv_rejects_bad_shapes():
         wt.fused_gemv(x, torch.zeros(4, 7, device=DEVICE))
     with pytest.raises(ValueError, match="swiglu"):
         wt.fused_gemv(x, torch.zeros(5, 8, device=DEVICE), swiglu=True)
+
+
+@pytest.mark.parametrize("k, n", [(1500, 8), (40, 6)])
+def test_adapter_rows_launch_loads_whole_rows(k, n):
+    """The GPU launch gemv_config gives a program of several node rows (whole input rows, BLOCK_K >= K, masked past
+    K) computes the reference, run here on this device: 4 rows in one 4-row program, norm + SwiGLU + residual."""
+    from weaver.kernels.triton.decode import gemv_config
+
+    config = gemv_config(n // 2, k, 4, torch.device("cuda"), block_m=4)
+    assert config[1] >= min(k, 2048) and config[1] & (config[1] - 1) == 0
+    gen = torch.Generator().manual_seed(k)
+    x = (torch.randn(4, k, generator=gen) * 3).to(DEVICE)
+    w = (torch.randn(n, k, generator=gen) / k**0.5).to(DEVICE)
+    nw = (1 + 0.3 * torch.randn(k, generator=gen)).to(DEVICE)
+    res = torch.randn(4, n // 2, generator=gen).to(DEVICE)
+    kw = dict(norm_weight=nw, eps=1e-5, residual=res, swiglu=True)
+    got = wt.fused_gemv(x, w, **kw, config=config, block_m=4)
+    want = fused_gemv_ref(x.double(), w.double(), **{**kw, "norm_weight": nw.double(), "residual": res.double()})
+    assert_close("fused_gemv, 4-row program", want, got, TOL[torch.float32])
