@@ -20,6 +20,7 @@ median of replays, us per call.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import torch
 import triton
@@ -46,13 +47,13 @@ def finish_weights(width: int, gen: torch.Generator, dev: str) -> tuple:
     return (w(width, width), norm, None, 1e-6, w(2 * width, width), None, w(width, width), None, True)
 
 
-def cycling(fn, x: torch.Tensor, attn: torch.Tensor, sets: list[tuple], **kw):
-    """fn(x, attn, *weights, **kw) with the next weight set at every call."""
+def rotating(calls: list):
+    """One callable that runs the next of `calls` each time (weight sets met in turn, as a round's steps do)."""
     state = {"i": 0}
 
     def run():
         state["i"] += 1
-        return fn(x, attn, *sets[state["i"] % len(sets)], **kw)
+        return calls[state["i"] % len(calls)]()
     return run
 
 
@@ -72,7 +73,7 @@ def finish_ab(rows: int) -> None:
                compiled_ref(x, attn, *sets[0]))  # fmt: skip
         diff = max((g.float() - ref.float()).abs().max().item() for g in got)
         mb = sum(t.numel() * 2 for t in (sets[0][0], sets[0][4], sets[0][6])) / 2**20
-        times = [us(cycling(fn, x, attn, sets, **kw))
+        times = [us(rotating([functools.partial(fn, x, attn, *ws, **kw) for ws in sets]))
                  for fn, kw in ((finish_kernel, one_row), (finish_kernel, {}), (compiled_ref, {}), (finish_ref, {}))]
         print(f"{width:6d} {mb:8.1f} {times[0]:13.1f} {times[1]:16.1f} {times[2]:15.1f} {times[3]:12.1f} {diff:11.3g}",
               flush=True)
@@ -81,13 +82,8 @@ def finish_ab(rows: int) -> None:
 def gemv_calls(x: torch.Tensor, weights: list[torch.Tensor], block_m: int, cfg, row_tiles: bool = False, **kw):
     """fused_gemv(x, W, **kw) with launch cfg (None: gemv_config), block_m rows a program (or the row-tiled launch),
     the next W at every call."""
-    state = {"j": 0}
-
-    def run():
-        state["j"] += 1
-        return fused_gemv(x, weights[state["j"] % len(weights)], **kw, config=cfg, row_tiles=row_tiles,
-                          block_m=block_m)
-    return run
+    return rotating([functools.partial(fused_gemv, x, w, **kw, config=cfg, row_tiles=row_tiles, block_m=block_m)
+                     for w in weights])
 
 
 def gemv_sweep(rows: int, widths: tuple[int, ...]) -> None:

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from weaver.kernels import triton as wt
+from weaver.kernels.triton.decode import gemv_config
 from weaver.ops.decode import decode_attention_ref, fused_gemv_ref
 from weaver.testing import assert_close
 
@@ -112,8 +113,6 @@ def test_gemv_rejects_bad_shapes():
 def test_adapter_rows_launch_loads_whole_rows(k, n):
     """The GPU launch gemv_config gives a program of several node rows (whole input rows, BLOCK_K >= K, masked past
     K) computes the reference, run here on this device: 4 rows in one 4-row program, norm + SwiGLU + residual."""
-    from weaver.kernels.triton.decode import gemv_config
-
     config = gemv_config(n // 2, k, 4, torch.device("cuda"), block_m=4)
     assert config[1] >= min(k, 2048) and config[1] & (config[1] - 1) == 0
     gen = torch.Generator().manual_seed(k)
