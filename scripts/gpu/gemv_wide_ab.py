@@ -1,0 +1,98 @@
+"""Issue 19, the AR step's GEMVs: can weaver's Triton `fused_gemv` match cuBLAS at the Qwen3.6-27B shapes at M = 1
+once a program loads long K tiles (session 44's adapter rule: whole input rows, few warps)?
+
+The 2026-12-03 study (`gemv_27b.py`, scale/h200_gemv) tried 10 short-tile configs (BLOCK_K <= 512) and trailed
+cuBLAS on every large shape. This sweeps BLOCK_N x BLOCK_K x warps with BLOCK_K up to 8,192 per shape. Each shape
+gets enough weight copies (>= 400 MB) that every call reads HBM, not L2, as the 64 layers of a forward do.
+Prints per shape cuBLAS and the best three configs (us per call, TB/s) and checks the best one's output.
+
+    python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from functools import partial
+
+import torch
+
+from weaver.bench.kernels import time_graphs
+from weaver.kernels.triton.decode import fused_gemv
+
+H, I, V = 5120, 17408, 248320
+SHAPES = {  # name: (out, in): the 27B AR step's projections (gemv_27b.py's list)
+    "gdn.in_proj_qkvz": (2 * 2048 + 2 * 6144, H),
+    "gdn.out_proj": (H, 6144),
+    "attn.qkv (gated q)": (24 * 256 * 2 + 2 * 4 * 256, H),
+    "mlp.gate_up": (2 * I, H),
+    "mlp.down": (H, I),
+    "lm_head": (V, H),
+}
+BLOCK_N = (1, 2, 4, 8)
+BLOCK_K = (512, 1024, 2048, 4096, 8192)
+WARPS = (2, 4, 8)
+MAX_PER_THREAD = 128  # weight elements a thread holds per tile
+
+
+def us_per_call(fn, calls: int, reps: int) -> float:
+    """Median us of one call, from a CUDA graph of the whole list."""
+    return time_graphs([fn], reps, warmup=2)[0] / calls
+
+
+def run(gemv, calls) -> None:
+    for x, w, out in calls:
+        gemv(x, w, out)
+
+
+def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+    torch.matmul(x, w.t(), out=out)
+
+
+def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
+    fused_gemv(x, w, out=out, config=config)
+
+
+def configs(k: int):
+    """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two."""
+    for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
+        if bk <= max(512, 1 << (k - 1).bit_length()) and bn * bk <= MAX_PER_THREAD * 32 * warps:
+            yield bn, bk, warps
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", default=list(SHAPES))
+    p.add_argument("--reps", type=int, default=20)
+    args = p.parse_args()
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    print(torch.cuda.get_device_name(), torch.__version__)
+    print("shape                 [  out x    in]  copies | cuBLAS us (TB/s) | best configs (BLOCK_N, BLOCK_K, warps)")
+    for name in args.shapes:
+        n, k = SHAPES[name]
+        copies = max(1, -(-400 * 2**20 // (n * k * 2)))
+        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
+        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16, generator=gen)
+        calls = [(x, w, torch.empty(1, n, device=dev, dtype=torch.bfloat16)) for w in ws]
+        mb = n * k * 2 / 1e6
+        base = us_per_call(partial(run, cublas, calls), copies, args.reps)
+        results = []
+        for cfg in configs(k):
+            try:
+                results.append((us_per_call(partial(run, partial(triton_gemv, config=cfg), calls), copies, args.reps),
+                                cfg))  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a config the compiler refuses is skipped, with why
+                print(f"  {name} {cfg}: {type(exc).__name__}: {str(exc)[:80]}")
+        results.sort()
+        best = results[0][1]
+        ref = x.float() @ ws[0].float().t()
+        got = fused_gemv(x, ws[0], config=best).float()
+        err = ((got - ref).abs().max() / ref.abs().max()).item()
+        tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {c}" for t, c in results[:3])
+        print(f"{name:20s} [{n:6d} x {k:5d}] {copies:6d} | {base:7.1f} ({mb / base:.2f}) | {tops} | "
+              f"best/cuBLAS {results[0][0] / base:.3f}, rel err {err:.1e}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
