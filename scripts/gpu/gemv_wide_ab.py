@@ -53,6 +53,34 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> 
     fused_gemv(x, w, out=out, config=config)
 
 
+def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
+    """What the torch path runs for an MLP's fused [gate; up]: the GEMM, then silu(gate) * up."""
+    gate, up = torch.matmul(x, w.t()).chunk(2, dim=-1)
+    torch.mul(torch.nn.functional.silu(gate), up, out=out)
+
+
+def triton_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
+    fused_gemv(x, w, out=out, config=config, swiglu=True)
+
+
+def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
+    """mlp.gate_up with SwiGLU in the GEMV's epilogue (weaver.kernels.gemv) against cuBLAS + the torch SwiGLU; the
+    built-in rule (config None) first, then the other one- and two-row configs with long tiles."""
+    n, k = SHAPES["mlp.gate_up"]
+    ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(2)]
+    x = torch.randn(1, k, device=dev, dtype=torch.bfloat16, generator=gen)
+    calls = [(x, w, torch.empty(1, n // 2, device=dev, dtype=torch.bfloat16)) for w in ws]
+    base = us_per_call(partial(run, cublas_swiglu, calls), len(ws), reps)
+    rows = [f"cuBLAS + torch SwiGLU {base:.1f}"]
+    for cfg in (None, (1, 8192, 4), (1, 8192, 8), (2, 8192, 8), (1, 4096, 4), (2, 4096, 8)):
+        t = us_per_call(partial(run, partial(triton_swiglu, config=cfg), calls), len(ws), reps)
+        rows.append(f"{cfg or 'rule'} {t:.1f}")
+    ref = torch.nn.functional.silu((x.float() @ ws[0].float().t())[:, : n // 2]) * (x.float() @ ws[0].float().t())[
+        :, n // 2 :]  # fmt: skip
+    err = ((fused_gemv(x, ws[0], swiglu=True).float() - ref).abs().max() / ref.abs().max()).item()
+    print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
+
+
 def configs(k: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two."""
     for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
@@ -64,10 +92,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
     p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     args = p.parse_args()
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__)
+    if args.swiglu:
+        return swiglu_ab(args.reps, dev, gen)
     print("shape                 [  out x    in]  copies | cuBLAS us (TB/s) | best configs (BLOCK_N, BLOCK_K, warps)")
     for name in args.shapes:
         n, k = SHAPES[name]

@@ -181,6 +181,8 @@ def main() -> int:
                              "rounds) and print the prefix that matches ar's (issue 19's 27B lossless point)")
     parser.add_argument("--kernels", default="auto", choices=["auto", "torch"],
                         help="torch: the torch paths (the A/B baseline of a new kernel)")
+    parser.add_argument("--min-capacity", type=int, default=0,
+                        help="cache slots at least (a server sets its context here: Engine.min_capacity)")
     parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
                         help="after the specs: profile them again with the drafter restricted to this token map or "
                              "first:N, on a new engine in the same process (the draft head's A/B)")
@@ -191,6 +193,7 @@ def main() -> int:
                                  adapter=None if args.adapter in NAMED else args.adapter,
                                  options=weaver.RuntimeOptions(kernels=args.kernels))  # fmt: skip
     llm = attach_named(llm, args.drafter, args.adapter)  # `bench scale`'s published drafter / paper adapter
+    llm.engine.min_capacity = args.min_capacity
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)
     profile_specs(llm, args.specs, args.reps)
     if args.draft_vocab:

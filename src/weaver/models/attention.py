@@ -10,6 +10,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.kernels import gemv
+from weaver.kernels.split_attention import attend_tree
 from weaver.models.cache import AttentionCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import RMSNorm
@@ -48,14 +50,13 @@ class Attention(nn.Module):
     ) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
-            q, k, v = self.fused(x)
+            q, k, v = self.fused(x, step.options)
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(b, t, self.num_heads, -1)
         gate = None
         if self.gated:  # per head: [query | gate]
             q, gate = q.split(self.head_dim, dim=-1)
-            gate = gate.reshape(b, t, -1)
         k = k.view(b, t, self.num_kv_heads, self.head_dim)
         v = v.view(b, t, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
@@ -64,11 +65,15 @@ class Attention(nn.Module):
         cos, sin = rope
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         cache.write(step.slots, k, v)
+        if not self.sliding:  # the prefix-split kernel on CUDA: reads the committed slots, not the whole cache
+            out = attend_tree(q, cache.k, cache.v, step.lengths, step.ancestors, gate, step.options)
+            if out is not None:
+                return gemv.project(self.o_proj, out, step.options)
         mask = step.window_mask if self.sliding else step.attn_mask
         out = F.scaled_dot_product_attention(  # [B, heads, T, D]; one fused kernel on CUDA when compiled
             q, cache.k, cache.v, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
         )
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         if gate is not None:
-            out = out * torch.sigmoid(gate)
-        return self.o_proj(out)
+            out = out * torch.sigmoid(gate.reshape(b, t, -1))
+        return gemv.project(self.o_proj, out, step.options)

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from weaver.kernels import gdn as backend
+from weaver.kernels import gemv
 from weaver.models.attention import Attention
 from weaver.models.cache import GDNCache, ModelCache, allocate_cache, allocate_tree_scratch
 from weaver.models.config import ModelConfig
@@ -50,7 +51,7 @@ class DecoderLayer(nn.Module):
         else:
             h = self.self_attn(h, cache, step, rope)
         x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x), step.options)
 
 
 class DecoderBody(nn.Module):
@@ -129,7 +130,7 @@ class Decoder(nn.Module):
         elif select is not None:
             x = x.gather(1, select[:, :, None].expand(-1, -1, x.shape[-1]))
         hidden = self.model.norm(x)
-        logits = self.lm_head(hidden).float()
+        logits = gemv.project(self.lm_head, hidden, self.options).float()
         cap = torch.cat(captured, dim=-1) if captured else None
         return ForwardOutput(logits=logits, hidden=hidden, captured=cap)
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from weaver.kernels import gemv
+from weaver.options import RuntimeOptions
+
 
 class FusedLinear:
     """The concatenated weight (and bias) of several nn.Linear over one input, with the split sizes.
@@ -33,11 +36,14 @@ class FusedLinear:
                 lin.bias = nn.Parameter(self.bias[start : start + size], requires_grad=False)
             start += size
 
-    def __call__(self, x: torch.Tensor) -> list[torch.Tensor]:
-        return list(self.linear(x).split(self.sizes, dim=-1))
+    def __call__(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> list[torch.Tensor]:
+        return list(self.linear(x, options).split(self.sizes, dim=-1))
 
-    def linear(self, x: torch.Tensor) -> torch.Tensor:
-        """Every projection of x, concatenated along the last dim (one GEMM)."""
+    def linear(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
+        """Every projection of x, concatenated along the last dim (one GEMM; with `options`, one row of a large
+        weight through weaver's GEMV: `weaver.kernels.gemv`)."""
+        if options is not None and self.bias is None:
+            return gemv.linear(x, self.weight, options)
         return torch.nn.functional.linear(x, self.weight, self.bias)
 
     def part(self, first: int, count: int) -> FusedLinear:

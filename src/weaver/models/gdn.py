@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from weaver.kernels import gdn as backend
+from weaver.kernels import gemv
 from weaver.models.cache import GDNCache
 from weaver.models.config import ModelConfig
 from weaver.models.norm import GatedRMSNorm
@@ -54,7 +55,7 @@ class GatedDeltaNet(nn.Module):
     def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
-            mixed, z, b_raw, a_raw = self.fused(x)
+            mixed, z, b_raw, a_raw = self.fused(x, step.options)
         else:
             mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
             b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
@@ -71,7 +72,7 @@ class GatedDeltaNet(nn.Module):
             if t == 1 and backend.fused_decode(step.options, x):  # one kernel from here to out_proj's input
                 o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight,
                                        self.norm.eps, cache.state, self.num_k_heads)
-                return self.out_proj(o)
+                return gemv.project(self.out_proj, o, step.options)
         q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
@@ -87,7 +88,7 @@ class GatedDeltaNet(nn.Module):
             cache.state.copy_(new_state)
         z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)
         o = self.norm(o.to(x.dtype), z)
-        return self.out_proj(o.reshape(b, t, self.value_dim))
+        return gemv.project(self.out_proj, o.reshape(b, t, self.value_dim), step.options)
 
     def commit(self, cache: GDNCache, path: torch.Tensor, options: RuntimeOptions) -> None:
         """Fold the accepted path (node ids [B, P], -1 padded) into the state and the conv window."""

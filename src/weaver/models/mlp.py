@@ -5,6 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from weaver.kernels import gemv
+from weaver.options import RuntimeOptions
+
 
 class MLP(nn.Module):
     def __init__(self, hidden_size: int, intermediate_size: int, bias: bool = False) -> None:
@@ -14,6 +17,9 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.fused = None  # set by models.fuse.fuse_projections: one GEMM for gate and up
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
+        """With `options`, one row of large weights goes through weaver's GEMV (SwiGLU in its epilogue)."""
+        if options is not None and self.fused is not None and self.fused.bias is None:
+            return gemv.project(self.down_proj, gemv.linear(x, self.fused.weight, options, swiglu=True), options)
         gate, up = self.fused(x) if self.fused is not None else (self.gate_proj(x), self.up_proj(x))
         return self.down_proj(nn.functional.silu(gate) * up)

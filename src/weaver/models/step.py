@@ -23,6 +23,8 @@ class StepInputs:
     attn_mask: torch.Tensor  # [B, 1, T, S] bool: committed prefix + ancestors-or-self
     window_mask: torch.Tensor | None  # [B, 1, T, S] bool for sliding-window layers, else None
     parents: torch.Tensor | None  # [B, T] for a tree verify, None for a chain
+    lengths: torch.Tensor  # [B] committed tokens per row before this forward
+    ancestors: torch.Tensor  # [B, T, T] bool ancestor-or-self mask (a chain: the lower triangle)
     # which GDN / conv paths the layers take. No default: dynamo on torch 2.11 wraps a dataclass's defaults when
     # it traces the constructor, and an object default (DEFAULT_OPTIONS) broke every compiled hybrid forward
     # there (tests/speculative/test_graph_breaks.py on the H200), even with every field passed
@@ -77,5 +79,5 @@ def build_step(
         window_mask = attn_mask & ~too_old[:, None]
     return StepInputs(
         positions=positions, slots=slots, attn_mask=attn_mask, window_mask=window_mask, parents=parents,
-        tree_structure=None, gdn_scratch=None, options=options,
+        lengths=lengths, ancestors=anc, tree_structure=None, gdn_scratch=None, options=options,
     )

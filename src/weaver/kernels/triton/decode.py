@@ -29,8 +29,12 @@ from weaver.kernels.triton._utils import (
     prefetch_rows,
 )
 
+WIDE_GEMV_ELEMENTS = 16 << 20  # weights from this size (32 MiB at 16 bits) and K >= 4096: the long-tile rule
 
-def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: int = 1) -> tuple[int, int, int]:
+
+def gemv_config(
+    n_out: int, k: int, rows: int, device: torch.device, block_m: int = 1, swiglu: bool = False
+) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) for an [n_out, k] GEMV over `rows` input rows, block_m of them a program.
 
     One warp per program and a 1024-element weight tile: on the H200 that is the fastest, or within
@@ -38,10 +42,16 @@ def gemv_config(n_out: int, k: int, rows: int, device: torch.device, block_m: in
     many of them, so the loads of all SMs are in flight at once. Wide outputs (the LM head) take taller
     tiles to bound the program count. A program of block_m > 1 rows (a Weaver adapter step's nodes) loads whole
     input rows at once with two warps: on an H100 at width 2048, 2.8-3.2x faster than the per-row rule's tiles
-    (benchmarks/results/scale/h100_session44_finish). Under the CPU interpreter, few large programs run fastest.
+    (benchmarks/results/scale/h100_session44_finish). One row of a large weight (the 27B shapes) loads whole
+    input rows too, up to 8,192 (one or two weight rows a program, 4 warps a row): on an H100 faster than cuBLAS
+    for every such shape with K <= 8,192 (kernels/h100_session45_split_gemv). Under the CPU interpreter, few large
+    programs run fastest.
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
+    if block_m == 1 and rows == 1 and n_out * k >= WIDE_GEMV_ELEMENTS and k >= 4096:
+        wide = n_out > 8192 and not swiglu
+        return (2 if wide else 1), min(8192, triton.next_power_of_2(k)), (8 if wide else 4)
     if block_m > 1:
         return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
@@ -235,7 +245,7 @@ def fused_gemv(
         raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
-    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m)
+    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m, swiglu)
     grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
@@ -248,6 +258,11 @@ def fused_gemv(
         **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
+    """`fused_gemv(x, weight, swiglu=swiglu)`: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
+    return fused_gemv(x, weight, swiglu=swiglu)
 
 
 @triton.jit

@@ -240,19 +240,19 @@ def _program_rows(T, H: tl.constexpr, HKV: tl.constexpr, BLOCK_R: tl.constexpr):
 
 
 @triton.jit
-def _attend_prefix(
-    b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, DTYPE: tl.constexpr, INTERPRET: tl.constexpr,
+def _attend_slots(
+    b_q, p_k, p_v, lo, hi, stride_cs, o_d, mask_d, scale, DTYPE: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
-    """Online-softmax state (m, l, acc) of rows b_q [BLOCK_R, BLOCK_D] after the committed prefix, slots
-    0 .. length-1 of one kv head's cache (p_k, p_v): visible to every row."""
+    """Online-softmax state (m, l, acc) of rows b_q [BLOCK_R, BLOCK_D] after slots lo .. hi-1 of one kv head's
+    cache (p_k, p_v), visible to every row: the committed prefix is lo = 0, hi = length."""
     m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
     o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, length, BLOCK_S):
+    for start in range(lo, hi, BLOCK_S):
         o_s = start + o_s0
-        mask_s = o_s < length
+        mask_s = o_s < hi
         b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
         scores = _dot_lp(b_q, b_kt, DTYPE, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
         scores = tl.where(mask_s[None, :], scores, float("-inf"))
@@ -288,7 +288,7 @@ def _tree_attention_kernel(
     b_q = tl.load(p_q, mask=mask_q, other=0.0)  # [BLOCK_R, BLOCK_D]
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
-    m_i, l_i, acc = _attend_prefix(b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
+    m_i, l_i, acc = _attend_slots(b_q, p_k, p_v, 0, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
                                    BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
     o_s0 = tl.arange(0, BLOCK_S)
     for start in range(0, T, BLOCK_S):  # the tree: slot length + j is visible to ancestors-or-self of j
@@ -399,7 +399,7 @@ def _tree_attention_rope_kernel(
     b_q = _rope_rows(p_node + o_h[:, None] * D, mask_r, o_d, D, ROT, cos, sin, qn_ptr, eps, QK_NORM, dtype).to(dtype)
     p_k = k_ptr + i_b * stride_cb + i_kvh * stride_ch
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
-    m_i, l_i, acc = _attend_prefix(b_q, p_k, p_v, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
+    m_i, l_i, acc = _attend_slots(b_q, p_k, p_v, 0, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
                                    BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
     o_t0 = tl.arange(0, BLOCK_T)  # tree tiles: smaller than the prefix's (their K is roped in registers)
     for start in range(0, T, BLOCK_T):  # the tree from the qkv rows (k-norm + RoPE here), never from the cache
