@@ -94,9 +94,11 @@ def test_split_tree_attention_checks_its_inputs():
 
 
 @torch.no_grad()
-def test_hybrid_model_attention_through_the_kernel_equals_sdpa():
-    """tiny-qwen3_5 (gated attention, partial RoPE) in fp32: a prefill, a decode step and a tree verify give the
-    same logits with the attention layers on the split kernel (kernels="triton") as on SDPA (kernels="torch")."""
+def test_hybrid_model_attention_through_the_kernel_equals_sdpa(monkeypatch):
+    """tiny-qwen3_5 (gated attention, partial RoPE) in fp32 with kernels="triton": a prefill, a decode step and a
+    tree verify give the same logits with the attention layers on the split kernel as on SDPA (the same GDN paths
+    both times: only `attend_tree` is switched off for the reference)."""
+    from weaver.models import attention
     from weaver.models.config import ModelConfig
     from weaver.models.loading import build_model, init_random_weights
     from weaver.models.presets import preset_config
@@ -105,17 +107,19 @@ def test_hybrid_model_attention_through_the_kernel_equals_sdpa():
 
     cfg = ModelConfig.from_hf(preset_config("tiny-qwen3_5", num_hidden_layers=4))
     model = init_random_weights(build_model(cfg, DEVICE), seed=5).eval()
+    model.options = RuntimeOptions(kernels="triton")
     gen = torch.Generator().manual_seed(0)
     prompt = torch.randint(0, cfg.vocab_size, (1, 40), generator=gen).to(DEVICE)
     step = torch.randint(0, cfg.vocab_size, (1, 1), generator=gen).to(DEVICE)
     parents = torch.tensor([[-1, 0, 0, 1, 2]], device=DEVICE)
     tree = torch.randint(0, cfg.vocab_size, (1, 5), generator=gen).to(DEVICE)
     logits = {}
-    for kernels in ("torch", "triton"):
-        model.options = RuntimeOptions(kernels=kernels)
+    kernel = attention.attend_tree
+    for side in ("sdpa", "kernel"):
+        monkeypatch.setattr(attention, "attend_tree", kernel if side == "kernel" else lambda *args: None)
         cache = model.allocate_cache(1, 64)
         outs = [model(prompt, cache).logits, model(step, cache).logits]
         outs.append(model(tree, cache, parents=parents, depth=node_depth(parents)).logits)
-        logits[kernels] = outs
-    for name, want, got in zip(("prefill", "decode", "verify"), logits["torch"], logits["triton"], strict=True):
+        logits[side] = outs
+    for name, want, got in zip(("prefill", "decode", "verify"), logits["sdpa"], logits["kernel"], strict=True):
         assert_close(name, want, got, 1e-4)

@@ -16,6 +16,7 @@ torch reference is `weaver.ops.decode.tree_attention_ref` (the gate: `out * sigm
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import torch
 import triton
@@ -158,17 +159,29 @@ def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def split_launch(rows: int, batch_kv: int, capacity: int, device: torch.device, d: int) -> tuple[int, int, int, int]:
-    """(block_r, block_s, num_warps, splits) of a launch: enough chunks for ~2 programs an SM at the longest prefix;
-    splits 0 (one launch, no partials) where the cache holds at most two minimal chunks or the rows alone fill the
-    GPU. Interpreted: two chunks of 16 slots, so the tests cross a chunk border."""
+class SplitLaunch(NamedTuple):
+    block_r: int  # (node, head) rows a program
+    block_s: int  # slots a step
+    num_warps: int
+    num_stages: int
+    splits: int  # prefix chunks; 0: one launch that reads the whole prefix, no partials
+
+
+def split_launch(
+    rows: int, batch_kv: int, capacity: int, device: torch.device, d: int, dtype: torch.dtype
+) -> SplitLaunch:
+    """A launch with enough chunks for ~2 programs an SM at the longest prefix; splits 0 where the cache holds at
+    most two minimal chunks or the rows alone fill the GPU. fp32 tiles take one stage (three overflow the shared
+    memory at D = 128). Interpreted: two chunks of 16 slots, so the tests cross a chunk border."""
     block_r = 16 if rows <= 16 else 32
     block_s = 64 if d <= 128 else 32
+    stages = 1 if dtype == torch.float32 else 3
     if device.type != "cuda":
-        return max(16, triton.next_power_of_2(rows)), 16, 4, 2
+        return SplitLaunch(max(16, triton.next_power_of_2(rows)), 16, 4, 1, 2)
     programs = triton.cdiv(rows, block_r) * batch_kv
     splits = min(MAX_SPLITS, 2 * _sm_count(device.index or 0) // programs)
-    return block_r, block_s, 4 if d <= 128 else 8, 0 if splits < 2 or capacity <= 2 * MIN_CHUNK else splits
+    warps = 4 if d <= 128 else 8
+    return SplitLaunch(block_r, block_s, warps, stages, 0 if splits < 2 or capacity <= 2 * MIN_CHUNK else splits)
 
 
 def split_tree_attention(
@@ -198,7 +211,7 @@ def split_tree_attention(
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)  # same bytes; triton reads bytes
     rows = t * (num_heads // num_kv_heads)
-    block_r, block_s, warps, auto_splits = split_launch(rows, b * num_kv_heads, capacity, q.device, d)
+    block_r, block_s, warps, stages, auto_splits = split_launch(rows, b * num_kv_heads, capacity, q.device, d, q.dtype)
     splits = auto_splits if splits is None else splits
     min_chunk = min_chunk or (16 if interpreting() else MIN_CHUNK)
     n = b * t * num_heads
@@ -216,7 +229,7 @@ def split_tree_attention(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), g.stride(0), g.stride(1), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpreting(),
         BLOCK_R=block_r, BLOCK_D=block_d, BLOCK_S=block_s, SPLITS=splits, MIN_CHUNK=min_chunk,
-        GATE=gate is not None, num_warps=warps, **pdl_launch(q.device),
+        GATE=gate is not None, num_warps=warps, num_stages=stages, **pdl_launch(q.device),
     )  # fmt: skip
     if splits == 0:
         return out
