@@ -68,6 +68,39 @@ def test_split_tree_attention_matches_reference(rows, heads, d, prefix, splits, 
     assert_close("split_tree_attention", want, got, TOL[dtype])
 
 
+@settings(max_examples=4 if FULL else 6, deadline=None)
+@given(
+    t=st.integers(1, 16),
+    causal=st.booleans(),
+    extra=st.sampled_from([0, 3, 40, 3000]),  # window - t
+    prefix=st.sampled_from([300, 5000]) if FULL else st.integers(0, 100),
+    splits=st.sampled_from([None, 0, 3]),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_split_tree_attention_window_matches_a_masked_reference(t, causal, extra, prefix, splits, dtype, seed):
+    """The drafter's sliding layers: node i at position L + i sees prefix slots s > L + i - window and the block's
+    slots its mask allows; the reference is SDPA under that mask, written here."""
+    heads, d = ((8, 2), 128) if FULL else ((4, 2), 16)
+    parents = torch.zeros(1, t, dtype=torch.long)  # only the shape matters: the block's mask is given below
+    lengths, ck, cv, q, _ = _inputs(parents, heads, d, prefix, dtype, seed, False)
+    window = t + extra
+    anc = torch.ones(1, t, t, dtype=torch.bool)
+    if causal:
+        anc = anc.tril()
+    s = ck.shape[2]
+    slot, node = torch.arange(s)[None, :], torch.arange(t)[:, None]
+    length = int(lengths[0])
+    visible = (slot < length) & (slot > length + node - window)
+    visible[:, length : length + t] = anc[0]
+    h, hkv = heads
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.view(1, t, h, d).transpose(1, 2).float(), ck.float(), cv.float(), attn_mask=visible[None, None],
+        enable_gqa=True).transpose(1, 2).reshape(t, h * d)  # fmt: skip
+    got = split_tree_attention(*_device(q, ck, cv, lengths, anc), h, hkv, splits=splits, window=window)
+    assert_close("split_tree_attention window", want, got, TOL[dtype])
+
+
 def test_split_tree_attention_uses_every_chunk_of_a_long_prefix():
     """A prefix over all three chunks against one whose last chunk is changed: o moves."""
     parents = torch.tensor([[-1, 0]])
@@ -89,6 +122,8 @@ def test_split_tree_attention_checks_its_inputs():
     anc = ancestor_mask(parents)
     with pytest.raises(ValueError, match="q must be"):
         split_tree_attention(*_device(q[:1], ck, cv, lengths, anc), 4, 2)
+    with pytest.raises(ValueError, match="window must be"):
+        split_tree_attention(*_device(q, ck, cv, lengths, anc), 4, 2, window=1)
     with pytest.raises(ValueError, match="gate must be"):
         split_tree_attention(*_device(q, ck, cv, lengths, anc), 4, 2, gate=q.view(2, 4, 8)[:1].to(DEVICE))
 

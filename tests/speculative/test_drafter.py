@@ -9,18 +9,21 @@ import math
 import pytest
 import torch
 from helpers.drafters import HIDDEN, TARGET, VOCAB, make_drafter, random_features, target_io
+from helpers.triton_env import DEVICE  # sets TRITON_INTERPRET before triton loads
 from safetensors.torch import load_file, save_file
 
 from weaver.errors import CheckpointError, UnsupportedArchitectureError
-from weaver.speculative.drafter import DFlashDrafter, DrafterConfig, build_target_layer_ids
+from weaver.options import RuntimeOptions
+from weaver.speculative.drafter import DFlashDrafter, DrafterConfig, DraftOutput, build_target_layer_ids
 from weaver.testing import assert_close
 
 
-def run(drafter, features, lengths, roots, embed, head, capacity: int = 24):
+def run(drafter, features, lengths, roots, embed, head, capacity: int = 24, options=None):
     """Append each row's first lengths[b] features in one call, then draft."""
+    dev = features.device
     ctx = drafter.new_context(features.shape[0], capacity)
-    drafter.append_context(ctx, features, torch.tensor(lengths))
-    return drafter.draft(ctx, torch.tensor(roots), embed, head), ctx
+    drafter.append_context(ctx, features, torch.tensor(lengths, device=dev))
+    return drafter.draft(ctx, torch.tensor(roots, device=dev), embed, head, options=options), ctx
 
 
 # ---------------------------------------------------------------- the cache-free reference (z-lab's forward)
@@ -109,13 +112,20 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("kernels", [None, "triton"])  # SDPA; the prefix-split kernel (interpreted on CPU)
 @pytest.mark.parametrize("overrides", CASES)
-def test_matches_cache_free_reference(overrides):
+def test_matches_cache_free_reference(overrides, kernels):
     drafter = make_drafter(**overrides)
     embed, head = target_io()
     lengths, roots = [11, 1, 6], [3, 0, 59]
     features = random_features(drafter, 3, 11)
-    out, _ = run(drafter, features, lengths, roots, embed, head)
+    if kernels is None:
+        out, _ = run(drafter, features, lengths, roots, embed, head)
+    else:  # the kernel runs where the tests' kernels run (`pytest --triton-full`: on the GPU)
+        on_device = [copy.deepcopy(m).to(DEVICE) for m in (drafter, embed, head)]
+        got, _ = run(on_device[0], features.to(DEVICE), lengths, roots, *on_device[1:],
+                     options=RuntimeOptions(kernels=kernels))  # fmt: skip
+        out = DraftOutput(got.logits.cpu(), got.hidden.cpu())
     assert out.logits.shape == (3, 4, VOCAB) and out.logits.dtype == torch.float32
     assert out.hidden.shape == (3, 4, HIDDEN)
     for b in range(3):

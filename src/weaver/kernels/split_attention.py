@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from weaver.kernels.dispatch import launch, use_kernel
+from weaver.kernels.dispatch import use_kernel
 from weaver.options import RuntimeOptions
 
 __all__ = ["SPLIT_ATTENTION_MAX_NODES", "attend_tree", "split_tree_attention_op"]
@@ -26,17 +26,22 @@ _DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 @torch.library.custom_op("weaver::split_tree_attention", mutates_args=())
 def split_tree_attention_op(
     q: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, lengths: torch.Tensor, anc: torch.Tensor,
-    num_heads: int, num_kv_heads: int, gate: torch.Tensor | None,
+    num_heads: int, num_kv_heads: int, gate: torch.Tensor | None, window: int,
 ) -> torch.Tensor:
     """`weaver.kernels.triton.split_attention.split_tree_attention` as a custom op: o [B T, H D]."""
-    from weaver.kernels.triton.split_attention import split_tree_attention
-
-    return split_tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate)
+    return _launch(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window)
 
 
 @split_tree_attention_op.register_fake
-def _split_tree_attention_fake(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate):
+def _split_tree_attention_fake(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window):
     return q.new_empty(q.shape)
+
+
+def _launch(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window):
+    """The kernels themselves (eager calls skip the op's dispatch: ~20 us less host time)."""
+    from weaver.kernels.triton.split_attention import split_tree_attention
+
+    return split_tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window=window)
 
 
 def attend_tree(
@@ -47,13 +52,16 @@ def attend_tree(
     anc: torch.Tensor,  # [B, T, T] bool ancestor-or-self mask (a chain: lower triangle)
     gate: torch.Tensor | None,  # [B, T, H, D] output gate (Qwen3.5), or None
     options: RuntimeOptions,
+    window: int = 0,  # > 0: node i at position lengths + i sees the prefix slots > its position - window
 ) -> torch.Tensor | None:
     """o [B, T, H D] (times sigmoid(gate)) through the prefix-split kernel, or None where it does not run (CPU,
-    kernels="torch", a long chain, other dtypes): the caller then runs SDPA over the masked cache."""
+    kernels="torch", a long chain, a window shorter than the nodes, other dtypes): the caller then runs SDPA over
+    the masked cache."""
     b, h, t, d = q.shape
     hkv = cache_k.shape[1]
     fits = (
         t <= SPLIT_ATTENTION_MAX_NODES
+        and (window == 0 or window >= t)
         and q.dtype in _DTYPES
         and cache_k.dtype == q.dtype
         and cache_v.dtype == q.dtype
@@ -67,6 +75,6 @@ def attend_tree(
         return None
     rows = q.transpose(1, 2).reshape(b * t, h * d)
     gate_rows = None if gate is None else gate.reshape(b * t, h, d)
-    args = (rows, cache_k, cache_v, lengths, anc, h, hkv, gate_rows)
-    out = launch(split_tree_attention_op, "weaver.kernels.triton.split_attention", "split_tree_attention", *args)
+    args = (rows, cache_k, cache_v, lengths, anc, h, hkv, gate_rows, window)
+    out = split_tree_attention_op(*args) if torch.compiler.is_compiling() else _launch(*args)
     return out.view(b, t, h * d)

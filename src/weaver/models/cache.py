@@ -16,6 +16,7 @@ import torch
 
 from weaver.models.config import ModelConfig
 from weaver.ops.gdn import GDNTreeAux
+from weaver.ops.slots import move_slots, write_slots
 
 
 @dataclass
@@ -26,10 +27,9 @@ class AttentionCache:
     v: torch.Tensor
 
     def write(self, slots: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
-        """Write k_new/v_new [B, Hkv, T, D] at slots [B, T] (device indices: graph-capturable)."""
-        index = slots[:, None, :, None].expand_as(k_new)
-        self.k.scatter_(2, index, k_new.to(self.k.dtype))
-        self.v.scatter_(2, index, v_new.to(self.v.dtype))
+        """Write k_new/v_new [B, Hkv, T, D] at slots [B, T] (device indices: graph-capturable; in place when
+        compiled: `weaver.ops.slots`)."""
+        write_slots(self.k, self.v, slots, k_new, v_new)
 
 
 @dataclass
@@ -94,11 +94,7 @@ class ModelCache:
 
     def compact_attention(self, src_slots: torch.Tensor, dst_slots: torch.Tensor) -> None:
         """Copy slots src [B, P] to dst [B, P] in every attention layer (gathers first: overlaps are safe)."""
-        for big in self.stacked_kv:
-            n, b, h, _, d = big.shape
-            shape = (n, b, h, src_slots.shape[1], d)
-            src = src_slots[None, :, None, :, None].expand(shape)
-            big.scatter_(3, dst_slots[None, :, None, :, None].expand(shape), big.gather(3, src))
+        move_slots(*self.stacked_kv, src_slots, dst_slots)
 
     @property
     def batch_size(self) -> int:

@@ -27,11 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.kernels.split_attention import attend_tree
 from weaver.models.checkpoint import stored_dtype, write_checkpoint
 from weaver.models.config import ModelConfig
 from weaver.models.fuse import FusedLinear, fuse_projections
@@ -39,6 +41,8 @@ from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope, rope_cos_sin, rope_inv_freq
 from weaver.ops.decode import rms_norm_ref
+from weaver.ops.slots import write_slots
+from weaver.options import RuntimeOptions
 from weaver.speculative import drafter_io
 from weaver.speculative.draft_vocab import check_token_ids, expand_logits
 from weaver.speculative.drafter_io import DrafterConfig, build_target_layer_ids
@@ -118,12 +122,17 @@ class DrafterAttention(nn.Module):
         slots: torch.Tensor,  # [B, Bk] block slots (= positions)
         mask: torch.Tensor,  # [B, 1, Bk, S] bool
         rope: tuple[torch.Tensor, torch.Tensor],
+        block: BlockKernel | None = None,  # the prefix-split kernel's view of the mask, where it may run
     ) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(b, t, self.num_heads, self.head_dim)).transpose(1, 2)
         q = apply_rope(q, *rope)
         k, v = self.key_value(x, rope)
         write_slots(k_cache, v_cache, slots, k, v)
+        if block is not None:  # reads the context's slots, not the whole buffer (SDPA's mask covers every slot)
+            out = attend_tree(q, k_cache, v_cache, block.lengths, block.anc, None, block.options, block.window)
+            if out is not None:
+                return self.o_proj(out)
         out = F.scaled_dot_product_attention(  # [B, heads, Bk, D]
             q, k_cache, v_cache, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
         )
@@ -146,18 +155,30 @@ class DrafterLayer(nn.Module):
         slots: torch.Tensor,  # [B, Bk]
         mask: torch.Tensor,  # [B, 1, Bk, S]
         rope: tuple[torch.Tensor, torch.Tensor],
+        block: BlockKernel | None = None,
     ) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), k_cache, v_cache, slots, mask, rope)
+        x = x + self.self_attn(self.input_layernorm(x), k_cache, v_cache, slots, mask, rope, block)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
-def write_slots(
-    k_cache: torch.Tensor, v_cache: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> None:
-    """Scatter k, v [B, ..., T, D] into the caches [B, ..., S, D] at slots [B, T] (graph-capturable)."""
-    index = slots.view(slots.shape[0], *[1] * (k.dim() - 3), slots.shape[1], 1).expand_as(k)
-    k_cache.scatter_(k.dim() - 2, index, k.to(k_cache.dtype))
-    v_cache.scatter_(k.dim() - 2, index, v.to(v_cache.dtype))
+class BlockKernel(NamedTuple):
+    """`block_mask` as the prefix-split attention kernel reads it: the context lengths, the block's own mask
+    (all ones, or the lower triangle for a causal layer) and the window (0: none)."""
+
+    lengths: torch.Tensor  # [B]
+    anc: torch.Tensor  # [B, Bk, Bk] bool
+    window: int
+    options: RuntimeOptions
+
+
+def block_kernel(
+    lengths: torch.Tensor, block_size: int, causal: bool, window: int | None, options: RuntimeOptions
+) -> BlockKernel:
+    """The kernel's form of `block_mask(lengths, block_size, S, causal, window)` (a two-sided window only
+    changes the block's own slots when it is shorter than the block, where `attend_tree` declines)."""
+    anc = torch.ones(block_size, block_size, dtype=torch.bool, device=lengths.device)
+    anc = (anc.tril() if causal else anc).expand(lengths.shape[0], block_size, block_size)
+    return BlockKernel(lengths, anc, window or 0, options)
 
 
 def block_mask(
@@ -387,11 +408,13 @@ class DFlashDrafter(nn.Module):
         return torch.cat([head, self.mask_embedding.expand(root.shape[0], bk - 1, -1)], dim=1)
 
     def draft(
-        self, ctx: DrafterContext, root: torch.Tensor, embed_tokens: nn.Embedding, lm_head: nn.Linear
+        self, ctx: DrafterContext, root: torch.Tensor, embed_tokens: nn.Embedding, lm_head: nn.Linear,
+        options: RuntimeOptions | None = None,
     ) -> DraftOutput:
         """One drafter pass over `[root, MASK x (Bk-1)]` (root [B]) after each row's context.
 
         Writes the block's K/V into the scratch slots after the context (the context itself is untouched).
+        With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`).
         """
         cfg = self.config
         bk, slots_total = cfg.block_size, ctx.num_slots
@@ -399,11 +422,14 @@ class DFlashDrafter(nn.Module):
         x = self.block_embeddings(root, embed_tokens)  # [B, Bk, H]
         rope = rope_cos_sin(slots, self.rope_inv_freq, x.dtype)
         masks: dict[tuple[bool, int | None], torch.Tensor] = {}
+        blocks: dict[tuple[bool, int | None], BlockKernel] = {}
         for i, layer in enumerate(self.layers):
             kind = (cfg.layer_causal(i), cfg.layer_window(i))
             if kind not in masks:
                 masks[kind] = block_mask(ctx.lengths, bk, slots_total, *kind)
-            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope)
+                if options is not None:
+                    blocks[kind] = block_kernel(ctx.lengths, bk, *kind, options)
+            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind))
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
         if self.vocab_head is None:
             logits = lm_head(hidden.to(lm_head.weight.dtype)).float()

@@ -13,6 +13,7 @@ at the position that produced the root (the Weaver adapter's input).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -91,7 +92,7 @@ def speculative_stages(
     builder = get_builder(cfg.method)
     builder_options = dict(cfg.builder_options)
     embed, lm_head = target.model.embed_tokens, target.lm_head
-    draft_fn = fast_draft or drafter.draft
+    draft_fn = fast_draft or functools.partial(drafter.draft, options=options)
     verify_fn = fast_verify or target
     path_len = drafter.config.block_size  # static bound on accepted nodes: the root + one per drafted depth
 

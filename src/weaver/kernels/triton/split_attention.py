@@ -31,6 +31,15 @@ MIN_CHUNK = 256  # slots a chunk holds at least on a GPU (a short prefix stays i
 
 
 @triton.jit
+def _first_slot(length, WINDOW: tl.constexpr):
+    """The first prefix slot any node may see: 0, or with a window the first node's (position length)."""
+    if WINDOW > 0:
+        return tl.maximum(length - WINDOW + 1, 0)
+    else:
+        return length * 0
+
+
+@triton.jit
 def _chunk_slots(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_S: tl.constexpr):
     """Slots per prefix chunk: the prefix over SPLITS chunks, whole BLOCK_S tiles, at least MIN_CHUNK."""
     per = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_S) * BLOCK_S
@@ -74,22 +83,26 @@ def _split_attention_kernel(
     stride_q, stride_ab, stride_ai, stride_aj, stride_cb, stride_ch, stride_cs, stride_g, stride_gh, stride_o,
     H: tl.constexpr, HKV: tl.constexpr, D: tl.constexpr, INTERPRET: tl.constexpr,
     BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, GATE: tl.constexpr, PDL: tl.constexpr = False,
+    SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, GATE: tl.constexpr, WINDOW: tl.constexpr, PDL: tl.constexpr = False,
 ):
     """SPLITS > 0: item i_c < SPLITS is prefix chunk i_c, item SPLITS the tree; each stores its partial (m, l, acc).
-    SPLITS = 0 (a short cache): one item reads the whole prefix and the tree and stores the (gated) output."""
+    SPLITS = 0 (a short cache): one item reads the whole prefix and the tree and stores the (gated) output.
+    WINDOW > 0 (the drafter's sliding layers): node i sits at position length + i and sees the prefix slots less
+    than WINDOW positions back."""
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
     i_r, i_b, i_kvh, o_i, o_h, mask_r = _program_rows(T, H, HKV, BLOCK_R)
     i_c = tl.program_id(2)  # prefix chunk; SPLITS: the tree
     dtype = q_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    lo = 0
+    first = _first_slot(length, WINDOW)
+    lo = first
     hi = length
     if SPLITS > 0:
-        chunk = _chunk_slots(length, SPLITS, MIN_CHUNK, BLOCK_S)
-        lo = tl.minimum(i_c * chunk, length)
+        chunk = _chunk_slots(length - first, SPLITS, MIN_CHUNK, BLOCK_S)
+        lo = tl.minimum(first + i_c * chunk, length)
         hi = tl.minimum(lo + chunk, length)
+    row_lo = length + o_i - WINDOW + 1  # [BLOCK_R]: each node's first visible slot (WINDOW > 0)
     if (i_c == SPLITS) | (lo < hi):
         o_d = tl.arange(0, BLOCK_D)
         mask_d = o_d < D
@@ -104,7 +117,7 @@ def _split_attention_kernel(
         acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
         if SPLITS == 0:  # the whole prefix, then the tree; every node sees itself, so l > 0 on every valid row
             m_i, l_i, acc = _attend_slots(b_q, p_k, p_v, lo, hi, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
-                                          BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
+                                          BLOCK_R, BLOCK_D, BLOCK_S, row_lo, WINDOW > 0)  # fmt: skip
             m_i, l_i, acc = _attend_tree_slots(b_q, p_k, p_v, p_anc, mask_r, length, T, stride_aj, stride_cs, o_d,
                                                mask_d, scale, m_i, l_i, acc, dtype, INTERPRET, BLOCK_S)  # fmt: skip
             p_g = gate_ptr + (i_b * T + o_i)[:, None] * stride_g + o_h[:, None] * stride_gh + o_d[None, :]
@@ -113,7 +126,7 @@ def _split_attention_kernel(
         else:
             if i_c < SPLITS:
                 m_i, l_i, acc = _attend_slots(b_q, p_k, p_v, lo, hi, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
-                                              BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
+                                              BLOCK_R, BLOCK_D, BLOCK_S, row_lo, WINDOW > 0)  # fmt: skip
             else:
                 m_i, l_i, acc = _attend_tree_slots(b_q, p_k, p_v, p_anc, mask_r, length, T, stride_aj, stride_cs,
                                                    o_d, mask_d, scale, m_i, l_i, acc, dtype, INTERPRET,
@@ -129,7 +142,7 @@ def _combine_kernel(
     m_ptr, l_ptr, acc_ptr, len_ptr, gate_ptr, out_ptr,
     T, stride_g, stride_gh, stride_o,
     H: tl.constexpr, D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_S: tl.constexpr,
-    SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, GATE: tl.constexpr, PDL: tl.constexpr = False,
+    SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, GATE: tl.constexpr, WINDOW: tl.constexpr, PDL: tl.constexpr = False,
 ):
     if PDL:
         pdl_wait()
@@ -139,7 +152,8 @@ def _combine_kernel(
     i_b = i_bt // T
     dtype = out_ptr.dtype.element_ty
     length = tl.load(len_ptr + i_b)
-    used = tl.cdiv(length, _chunk_slots(length, SPLITS, MIN_CHUNK, BLOCK_S))
+    span = length - _first_slot(length, WINDOW)
+    used = tl.cdiv(span, _chunk_slots(span, SPLITS, MIN_CHUNK, BLOCK_S))
     o_c = tl.arange(0, BLOCK_C)
     valid = (o_c < used) | (o_c == SPLITS)  # the tree item always ran: every node sees itself
     o_d = tl.arange(0, BLOCK_D)
@@ -195,6 +209,7 @@ def split_tree_attention(
     gate: torch.Tensor | None = None,  # [B T, H, D] view, unit stride along D: o * sigmoid(gate)
     min_chunk: int | None = None,  # slots a chunk holds at least; None: MIN_CHUNK (GPU), 16 (interpreter)
     splits: int | None = None,  # prefix chunks at most (0: one launch, no split); None: `split_launch`
+    window: int = 0,  # > 0: node i at position lengths + i sees prefix slots > its position - window (needs T <= it)
 ) -> torch.Tensor:
     """Each node attends to the committed prefix and its ancestors-or-self, the prefix read in parallel chunks;
     o [B T, H D] (times sigmoid(gate) when given): two launches (one with splits = 0)."""
@@ -208,6 +223,8 @@ def split_tree_attention(
     _check_caches(cache_k, cache_v, num_heads, num_kv_heads)
     if gate is not None and (gate.shape != (b * t, num_heads, d) or gate.stride(2) != 1):
         raise ValueError(f"gate must be [{b * t}, {num_heads}, {d}] with unit stride along D, got {tuple(gate.shape)}")
+    if window < 0 or 0 < window < t:
+        raise ValueError(f"window must be 0 (none) or at least the {t} nodes, got {window}")
     if anc.dtype == torch.bool:
         anc = anc.view(torch.uint8)  # same bytes; triton reads bytes
     rows = t * (num_heads // num_kv_heads)
@@ -229,7 +246,7 @@ def split_tree_attention(
         cache_k.stride(0), cache_k.stride(1), cache_k.stride(2), g.stride(0), g.stride(1), out.stride(0),
         H=num_heads, HKV=num_kv_heads, D=d, INTERPRET=interpreting(),
         BLOCK_R=block_r, BLOCK_D=block_d, BLOCK_S=block_s, SPLITS=splits, MIN_CHUNK=min_chunk,
-        GATE=gate is not None, num_warps=warps, num_stages=stages, **pdl_launch(q.device),
+        GATE=gate is not None, WINDOW=window, num_warps=warps, num_stages=stages, **pdl_launch(q.device),
     )  # fmt: skip
     if splits == 0:
         return out
@@ -237,7 +254,7 @@ def split_tree_attention(
         m_part, l_part, acc_part, lengths, g, out,
         t, g.stride(0), g.stride(1), out.stride(0),
         H=num_heads, D=d, BLOCK_D=block_d, BLOCK_C=max(2, triton.next_power_of_2(splits + 1)), BLOCK_S=block_s,
-        SPLITS=splits, MIN_CHUNK=min_chunk, GATE=gate is not None, num_warps=4 if d <= 128 else 8,
+        SPLITS=splits, MIN_CHUNK=min_chunk, GATE=gate is not None, WINDOW=window, num_warps=4 if d <= 128 else 8,
         **pdl_launch(q.device),
     )  # fmt: skip
     return out

@@ -242,10 +242,11 @@ def _program_rows(T, H: tl.constexpr, HKV: tl.constexpr, BLOCK_R: tl.constexpr):
 @triton.jit
 def _attend_slots(
     b_q, p_k, p_v, lo, hi, stride_cs, o_d, mask_d, scale, DTYPE: tl.constexpr, INTERPRET: tl.constexpr,
-    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr, row_lo=0, WINDOWED: tl.constexpr = False,
 ):
     """Online-softmax state (m, l, acc) of rows b_q [BLOCK_R, BLOCK_D] after slots lo .. hi-1 of one kv head's
-    cache (p_k, p_v), visible to every row: the committed prefix is lo = 0, hi = length."""
+    cache (p_k, p_v), visible to every row (WINDOWED: to the rows whose first visible slot row_lo [BLOCK_R] is at
+    or before them): the committed prefix is lo = 0, hi = length."""
     m_i = tl.full([BLOCK_R], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_R], dtype=tl.float32)
     acc = tl.zeros([BLOCK_R, BLOCK_D], dtype=tl.float32)
@@ -255,7 +256,10 @@ def _attend_slots(
         mask_s = o_s < hi
         b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_s[None, :], other=0.0)
         scores = _dot_lp(b_q, b_kt, DTYPE, INTERPRET) * scale  # [BLOCK_R, BLOCK_S]
-        scores = tl.where(mask_s[None, :], scores, float("-inf"))
+        if WINDOWED:
+            scores = tl.where(mask_s[None, :] & (o_s[None, :] >= row_lo[:, None]), scores, float("-inf"))
+        else:
+            scores = tl.where(mask_s[None, :], scores, float("-inf"))
         b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_s[:, None] & mask_d[None, :], other=0.0)
         m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE, INTERPRET)
     return m_i, l_i, acc
