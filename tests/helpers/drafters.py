@@ -81,7 +81,7 @@ class OracleDrafter:
     def append_context(self, ctx, features, counts=None) -> None:
         ctx.lengths += features.shape[1] if counts is None else counts
 
-    def draft(self, ctx, root, embed_tokens, lm_head):
+    def draft(self, ctx, root, embed_tokens, lm_head, options=None):
         at = ctx.lengths.clamp(max=self.logits.shape[0] - 1)  # [B] the roots' positions
         return SimpleNamespace(logits=self.logits[at], hidden=self.hidden[at])
 
