@@ -24,7 +24,7 @@ import triton.language as tl
 
 from weaver.kernels.triton._utils import check_device, interpreting, pdl_launch, pdl_wait
 from weaver.kernels.triton.decode import _round
-from weaver.kernels.triton.tree_attention import _attend_slots, _check_caches, _dot_lp, _program_rows, _softmax_step
+from weaver.kernels.triton.tree_attention import _attend_slots, _attend_tree_slots, _check_caches, _program_rows
 
 MAX_SPLITS = 32  # prefix chunks of one (row block, kv head) at most
 MIN_CHUNK = 256  # slots a chunk holds at least on a GPU (a short prefix stays in one program)
@@ -44,26 +44,6 @@ def _chunk_slots(length, SPLITS: tl.constexpr, MIN_CHUNK: tl.constexpr, BLOCK_S:
     """Slots per prefix chunk: the prefix over SPLITS chunks, whole BLOCK_S tiles, at least MIN_CHUNK."""
     per = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_S) * BLOCK_S
     return tl.maximum(per, MIN_CHUNK)
-
-
-@triton.jit
-def _attend_tree_slots(
-    b_q, p_k, p_v, p_anc, mask_r, length, T, stride_aj, stride_cs, o_d, mask_d, scale, m_i, l_i, acc,
-    DTYPE: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_S: tl.constexpr,
-):
-    """(m, l, acc) after the tree slots: slot length + j is visible to the ancestors-or-self of j (p_anc: the rows'
-    ancestor-mask rows [BLOCK_R, 1])."""
-    o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, T, BLOCK_S):
-        o_j = start + o_s0
-        mask_j = o_j < T
-        visible = tl.load(p_anc + o_j[None, :] * stride_aj, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0
-        o_s = length + o_j
-        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_j[None, :], other=0.0)
-        scores = tl.where(visible, _dot_lp(b_q, b_kt, DTYPE, INTERPRET) * scale, float("-inf"))
-        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_j[:, None] & mask_d[None, :], other=0.0)
-        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE, INTERPRET)
-    return m_i, l_i, acc
 
 
 @triton.jit

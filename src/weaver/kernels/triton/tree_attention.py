@@ -266,6 +266,26 @@ def _attend_slots(
 
 
 @triton.jit
+def _attend_tree_slots(
+    b_q, p_k, p_v, p_anc, mask_r, length, T, stride_aj, stride_cs, o_d, mask_d, scale, m_i, l_i, acc,
+    DTYPE: tl.constexpr, INTERPRET: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """(m, l, acc) after the tree slots: slot length + j is visible to the ancestors-or-self of j (p_anc: the rows'
+    ancestor-mask rows [BLOCK_R, 1])."""
+    o_s0 = tl.arange(0, BLOCK_S)
+    for start in range(0, T, BLOCK_S):
+        o_j = start + o_s0
+        mask_j = o_j < T
+        visible = tl.load(p_anc + o_j[None, :] * stride_aj, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0
+        o_s = length + o_j
+        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_j[None, :], other=0.0)
+        scores = tl.where(visible, _dot_lp(b_q, b_kt, DTYPE, INTERPRET) * scale, float("-inf"))
+        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_j[:, None] & mask_d[None, :], other=0.0)
+        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, DTYPE, INTERPRET)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _store_rows(p_o, acc, l_i, mask, DTYPE: tl.constexpr):
     """acc / l rounded to DTYPE; a pad row of the block (l = 0: it saw nothing) stores zeros."""
     l_i = tl.where(l_i > 0, l_i, 1.0)
@@ -294,17 +314,9 @@ def _tree_attention_kernel(
     p_v = v_ptr + i_b * stride_cb + i_kvh * stride_ch
     m_i, l_i, acc = _attend_slots(b_q, p_k, p_v, 0, length, stride_cs, o_d, mask_d, scale, dtype, INTERPRET,
                                    BLOCK_R, BLOCK_D, BLOCK_S)  # fmt: skip
-    o_s0 = tl.arange(0, BLOCK_S)
-    for start in range(0, T, BLOCK_S):  # the tree: slot length + j is visible to ancestors-or-self of j
-        o_j = start + o_s0
-        mask_j = o_j < T
-        p_anc = anc_ptr + i_b * stride_ab + o_i[:, None] * stride_ai + o_j[None, :] * stride_aj
-        visible = tl.load(p_anc, mask=mask_r[:, None] & mask_j[None, :], other=0) != 0  # [BLOCK_R, BLOCK_S]
-        o_s = length + o_j
-        b_kt = tl.load(p_k + o_s[None, :] * stride_cs + o_d[:, None], mask=mask_d[:, None] & mask_j[None, :], other=0.0)
-        scores = tl.where(visible, _dot_lp(b_q, b_kt, dtype, INTERPRET) * scale, float("-inf"))
-        b_v = tl.load(p_v + o_s[:, None] * stride_cs + o_d[None, :], mask=mask_j[:, None] & mask_d[None, :], other=0.0)
-        m_i, l_i, acc = _softmax_step(scores, b_v, m_i, l_i, acc, dtype, INTERPRET)
+    p_anc = anc_ptr + i_b * stride_ab + o_i[:, None] * stride_ai
+    m_i, l_i, acc = _attend_tree_slots(b_q, p_k, p_v, p_anc, mask_r, length, T, stride_aj, stride_cs, o_d, mask_d,
+                                       scale, m_i, l_i, acc, dtype, INTERPRET, BLOCK_S)  # fmt: skip
     p_o = out_ptr + (i_b * T + o_i)[:, None] * stride_o + o_h[:, None] * D + o_d[None, :]
     _store_rows(p_o, acc, l_i, mask_q, dtype)
 
