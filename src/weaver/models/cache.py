@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from weaver.kernels.slots import move_slots, write_slots
 from weaver.models.config import ModelConfig
 from weaver.ops.gdn import GDNTreeAux
-from weaver.ops.slots import move_slots, write_slots
 
 
 @dataclass
@@ -28,7 +28,7 @@ class AttentionCache:
 
     def write(self, slots: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor) -> None:
         """Write k_new/v_new [B, Hkv, T, D] at slots [B, T] (device indices: graph-capturable; in place when
-        compiled: `weaver.ops.slots`)."""
+        compiled: `weaver.kernels.slots`)."""
         write_slots(self.k, self.v, slots, k_new, v_new)
 
 

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.kernels.slots import write_slots
 from weaver.kernels.split_attention import attend_tree
 from weaver.models.checkpoint import stored_dtype, write_checkpoint
 from weaver.models.config import ModelConfig
@@ -41,7 +42,6 @@ from weaver.models.mlp import MLP
 from weaver.models.norm import RMSNorm
 from weaver.models.rope import apply_rope, rope_cos_sin, rope_inv_freq
 from weaver.ops.decode import rms_norm_ref
-from weaver.ops.slots import write_slots
 from weaver.options import RuntimeOptions
 from weaver.speculative import drafter_io
 from weaver.speculative.draft_vocab import check_token_ids, expand_logits

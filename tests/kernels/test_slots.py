@@ -7,7 +7,7 @@ import re
 import torch
 from torch._inductor.utils import run_and_get_code
 
-from weaver.ops.slots import move_slots, write_slots
+from weaver.kernels.slots import move_slots, write_slots
 
 S = 1237  # slots: a size no other buffer here has, so a loop over a whole cache shows in inductor's code
 
