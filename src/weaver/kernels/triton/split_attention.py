@@ -9,8 +9,10 @@ sized from L_b at run time, plus one more item for the tree slots L_b + j (the a
     launch 2, one program per (node, head): o = sum_c e^(m_c - m) acc_c / sum_c e^(m_c - m) l_c  [* sigmoid(gate)]
 
 Items past the used chunks exit at once, so the grid (static: capturable) is sized for the longest prefix
-while a short one reads only its own slots. The second launch applies the Qwen3.5 attention's output gate. The
-torch reference is `weaver.ops.decode.tree_attention_ref` (the gate: `out * sigmoid(gate)`).
+while a short one reads only its own slots. The second launch applies the Qwen3.5 attention's output gate. A cache
+of at most 2 MIN_CHUNK slots, or rows that fill the GPU alone, take one launch (SPLITS = 0: prefix, tree and gate in
+one item). With a window (the DFlash drafter's sliding layers) node i sees the prefix slots > length + i - window.
+The torch reference is `weaver.ops.decode.tree_attention_ref` (the gate: `out * sigmoid(gate)`).
 """
 
 from __future__ import annotations
