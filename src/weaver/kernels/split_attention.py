@@ -6,8 +6,9 @@
 SDPA with the [B, 1, T, S] mask reads all S slots of every layer's cache, so a server whose cache holds its whole
 context (`Engine.min_capacity`) paid for the context in every step, whatever the prompt. The kernel reads slots
 < lengths plus the tree's own. It is the custom op `weaver::split_tree_attention` under torch.compile (one
-opaque kernel pair for inductor); eager calls launch it directly. Long chains (a prefill) keep SDPA: the kernel
-walks the ancestor mask of every node pair. This module imports without triton.
+opaque kernel pair for inductor); eager calls launch it directly. The DFlash drafter's block attention takes it too,
+with its sliding windows. Chains over SPLIT_ATTENTION_MAX_NODES tokens (a long prefill) keep SDPA: the kernel walks
+the ancestor mask of every node pair. This module imports without triton.
 """
 
 from __future__ import annotations
