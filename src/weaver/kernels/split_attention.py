@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from weaver.kernels.dispatch import use_kernel
+from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
 __all__ = ["SPLIT_ATTENTION_MAX_NODES", "attend_tree", "split_tree_attention_op"]
@@ -30,19 +30,14 @@ def split_tree_attention_op(
     num_heads: int, num_kv_heads: int, gate: torch.Tensor | None, window: int,
 ) -> torch.Tensor:
     """`weaver.kernels.triton.split_attention.split_tree_attention` as a custom op: o [B T, H D]."""
-    return _launch(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window)
+    from weaver.kernels.triton.split_attention import split_tree_attention
+
+    return split_tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window)
 
 
 @split_tree_attention_op.register_fake
 def _split_tree_attention_fake(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window):
     return q.new_empty(q.shape)
-
-
-def _launch(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window):
-    """The kernels themselves (eager calls skip the op's dispatch: ~20 us less host time)."""
-    from weaver.kernels.triton.split_attention import split_tree_attention
-
-    return split_tree_attention(q, cache_k, cache_v, lengths, anc, num_heads, num_kv_heads, gate, window=window)
 
 
 def attend_tree(
@@ -77,5 +72,5 @@ def attend_tree(
     rows = q.transpose(1, 2).reshape(b * t, h * d)
     gate_rows = None if gate is None else gate.reshape(b * t, h, d)
     args = (rows, cache_k, cache_v, lengths, anc, h, hkv, gate_rows, window)
-    out = split_tree_attention_op(*args) if torch.compiler.is_compiling() else _launch(*args)
+    out = launch(split_tree_attention_op, "weaver.kernels.triton.split_attention", "split_tree_attention", *args)
     return out.view(b, t, h * d)

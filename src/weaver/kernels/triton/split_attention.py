@@ -189,9 +189,9 @@ def split_tree_attention(
     num_heads: int,
     num_kv_heads: int,
     gate: torch.Tensor | None = None,  # [B T, H, D] view, unit stride along D: o * sigmoid(gate)
+    window: int = 0,  # > 0: node i at position lengths + i sees prefix slots > its position - window (needs T <= it)
     min_chunk: int | None = None,  # slots a chunk holds at least; None: MIN_CHUNK (GPU), 16 (interpreter)
     splits: int | None = None,  # prefix chunks at most (0: one launch, no split); None: `split_launch`
-    window: int = 0,  # > 0: node i at position lengths + i sees prefix slots > its position - window (needs T <= it)
 ) -> torch.Tensor:
     """Each node attends to the committed prefix and its ancestors-or-self, the prefix read in parallel chunks;
     o [B T, H D] (times sigmoid(gate) when given): two launches (one with splits = 0)."""
