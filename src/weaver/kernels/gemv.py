@@ -22,7 +22,7 @@ from weaver.options import RuntimeOptions
 
 __all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
 
-GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row
+GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
 

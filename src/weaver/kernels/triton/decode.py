@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from weaver.kernels.gemv import GEMV_MAX_K, GEMV_MIN_BYTES, GEMV_MIN_K
 from weaver.kernels.triton import tuning
 from weaver.kernels.triton._utils import (
     check_device,
@@ -28,8 +29,6 @@ from weaver.kernels.triton._utils import (
     prefetch_prefix,
     prefetch_rows,
 )
-
-WIDE_GEMV_ELEMENTS = 16 << 20  # weights from this size (32 MiB at 16 bits) and K >= 4096: the long-tile rule
 
 
 def gemv_config(
@@ -49,9 +48,9 @@ def gemv_config(
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
-    if block_m == 1 and rows == 1 and n_out * k >= WIDE_GEMV_ELEMENTS and k >= 4096:
+    if block_m == 1 and rows == 1 and 2 * n_out * k >= GEMV_MIN_BYTES and k >= GEMV_MIN_K:  # 16-bit weights
         wide = n_out > 8192 and not swiglu
-        return (2 if wide else 1), min(8192, triton.next_power_of_2(k)), (8 if wide else 4)
+        return (2 if wide else 1), min(GEMV_MAX_K, triton.next_power_of_2(k)), (8 if wide else 4)
     if block_m > 1:
         return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
