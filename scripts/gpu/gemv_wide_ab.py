@@ -6,7 +6,11 @@ cuBLAS on every large shape. This sweeps BLOCK_N x BLOCK_K x warps with BLOCK_K 
 gets enough weight copies (>= 400 MB) that every call reads HBM, not L2, as the 64 layers of a forward do.
 Prints per shape cuBLAS and the best three configs (us per call, TB/s) and checks the best one's output.
 
-    python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20]
+With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
+BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
+leave cuBLAS as the AR step's did?
+
+    python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20] [--rows 17]
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from functools import partial
 import torch
 
 from weaver.bench.kernels import time_graphs
-from weaver.kernels.triton.decode import fused_gemv
+from weaver.kernels.triton.decode import GemmTiles, fused_gemv
 
 H, I, V = 5120, 17408, 248320
 SHAPES = {  # name: (out, in): the 27B AR step's projections (gemv_27b.py's list)
@@ -50,7 +54,10 @@ def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    fused_gemv(x, w, out=out, config=config)
+    if isinstance(config, GemmTiles):
+        fused_gemv(x, w, out=out, tiles=config)
+    else:
+        fused_gemv(x, w, out=out, config=config)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -81,8 +88,15 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
 
 
-def configs(k: int):
-    """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two."""
+def configs(k: int, rows: int):
+    """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
+    rows, row tiles that hold them in one or two M tiles."""
+    if rows > 1:
+        block_m = (32, 64) if rows > 32 else (32,) if rows > 16 else (16,)
+        for bm, bn, bk, warps, stages in itertools.product(block_m, (32, 64, 128), (128, 256), (4, 8), (3, 5)):
+            if bn * bk <= 128 * 256 and (bm, bn) != (64, 128):
+                yield GemmTiles(bm, bn, bk, warps, stages)
+        return
     for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
         if bk <= max(512, 1 << (k - 1).bit_length()) and bn * bk <= MAX_PER_THREAD * 32 * warps:
             yield bn, bk, warps
@@ -93,23 +107,25 @@ def main() -> None:
     p.add_argument("--shapes", nargs="+", default=list(SHAPES))
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
+    p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
     args = p.parse_args()
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__)
     if args.swiglu:
         return swiglu_ab(args.reps, dev, gen)
-    print("shape                 [  out x    in]  copies | cuBLAS us (TB/s) | best configs (BLOCK_N, BLOCK_K, warps)")
+    tiles = "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)" if args.rows > 1 else "(BLOCK_N, BLOCK_K, warps)"
+    print(f"rows {args.rows}; shape      [  out x    in]  copies | cuBLAS us (TB/s) | best configs {tiles}")
     for name in args.shapes:
         n, k = SHAPES[name]
         copies = max(1, -(-400 * 2**20 // (n * k * 2)))
         ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
-        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16, generator=gen)
-        calls = [(x, w, torch.empty(1, n, device=dev, dtype=torch.bfloat16)) for w in ws]
+        x = torch.randn(args.rows, k, device=dev, dtype=torch.bfloat16, generator=gen)
+        calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
         results = []
-        for cfg in configs(k):
+        for cfg in configs(k, args.rows):
             try:
                 results.append((us_per_call(partial(run, partial(triton_gemv, config=cfg), calls), copies, args.reps),
                                 cfg))  # fmt: skip
@@ -118,9 +134,11 @@ def main() -> None:
         results.sort()
         best = results[0][1]
         ref = x.float() @ ws[0].float().t()
-        got = fused_gemv(x, ws[0], config=best).float()
+        got = torch.empty_like(calls[0][2])
+        triton_gemv(x, ws[0], got, best)
+        got = got.float()
         err = ((got - ref).abs().max() / ref.abs().max()).item()
-        tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {c}" for t, c in results[:3])
+        tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {tuple(c)}" for t, c in results[:3])
         print(f"{name:20s} [{n:6d} x {k:5d}] {copies:6d} | {base:7.1f} ({mb / base:.2f}) | {tops} | "
               f"best/cuBLAS {results[0][0] / base:.3f}, rel err {err:.1e}", flush=True)
 
