@@ -53,13 +53,11 @@ def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
     torch.matmul(x, w.t(), out=out)
 
 
-def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config, norm=None) -> None:
-    """norm: a Qwen3.5 RMSNorm weight for the prologue (--norm), else none."""
-    norm_args = {} if norm is None else {"norm_weight": norm, "norm_offset": True}
+def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
     if isinstance(config, GemmTiles):
-        fused_gemv(x, w, out=out, tiles=config, **norm_args)
+        fused_gemv(x, w, out=out, tiles=config)
     else:
-        fused_gemv(x, w, out=out, config=config, **norm_args)
+        fused_gemv(x, w, out=out, config=config)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -90,7 +88,7 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
 
 
-def configs(k: int, rows: int, warps_list: tuple[int, ...] = WARPS):
+def configs(k: int, rows: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
     rows, row tiles that hold them in one or two M tiles."""
     if rows > 1:
@@ -99,7 +97,7 @@ def configs(k: int, rows: int, warps_list: tuple[int, ...] = WARPS):
             if bn * bk <= 128 * 256 and (bm, bn) != (64, 128):
                 yield GemmTiles(bm, bn, bk, warps, stages)
         return
-    for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, warps_list):
+    for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
         if bk <= max(512, 1 << (k - 1).bit_length()) and bn * bk <= MAX_PER_THREAD * 32 * warps:
             yield bn, bk, warps
 
@@ -110,9 +108,6 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
-    p.add_argument("--norm", action="store_true",
-                   help="every Triton config with the RMSNorm prologue (Qwen3.5's offset norm); the built-in rule "
-                   "is timed with and without it")  # fmt: skip
     args = p.parse_args()
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -129,16 +124,11 @@ def main() -> None:
         calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
-        norm = torch.randn(k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.1 if args.norm else None
         results = []
-        if args.norm:
-            rule = [us_per_call(partial(run, partial(triton_gemv, config=None, norm=nw), calls), copies, args.reps)
-                    for nw in (None, norm)]  # fmt: skip
-            print(f"  {name}: the built-in rule {rule[0]:.1f} us plain, {rule[1]:.1f} with the norm", flush=True)
-        for cfg in configs(k, args.rows, (4, 8, 16) if args.norm else WARPS):
+        for cfg in configs(k, args.rows):
             try:
-                fn = partial(run, partial(triton_gemv, config=cfg, norm=norm), calls)
-                results.append((us_per_call(fn, copies, args.reps), cfg))
+                results.append((us_per_call(partial(run, partial(triton_gemv, config=cfg), calls), copies, args.reps),
+                                cfg))  # fmt: skip
             except Exception as exc:  # noqa: BLE001 - a config the compiler refuses is skipped, with why
                 print(f"  {name} {cfg}: {type(exc).__name__}: {str(exc)[:80]}")
         results.sort()
@@ -147,10 +137,6 @@ def main() -> None:
         got = torch.empty_like(calls[0][2])
         triton_gemv(x, ws[0], got, best)
         got = got.float()
-        if norm is not None:
-            x32 = x.float()
-            h = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + norm.float())).to(x.dtype)
-            ref = h.float() @ ws[0].float().t()
         err = ((got - ref).abs().max() / ref.abs().max()).item()
         tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {tuple(c)}" for t, c in results[:3])
         print(f"{name:20s} [{n:6d} x {k:5d}] {copies:6d} | {base:7.1f} ({mb / base:.2f}) | {tops} | "

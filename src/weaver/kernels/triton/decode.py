@@ -32,7 +32,7 @@ from weaver.kernels.triton._utils import (
 
 
 def gemv_config(
-    n_out: int, k: int, rows: int, device: torch.device, block_m: int = 1, swiglu: bool = False, norm: bool = False
+    n_out: int, k: int, rows: int, device: torch.device, block_m: int = 1, swiglu: bool = False
 ) -> tuple[int, int, int]:
     """(BLOCK_N, BLOCK_K, num_warps) for an [n_out, k] GEMV over `rows` input rows, block_m of them a program.
 
@@ -43,15 +43,14 @@ def gemv_config(
     input rows at once with two warps: on an H100 at width 2048, 2.8-3.2x faster than the per-row rule's tiles
     (benchmarks/results/scale/h100_session44_finish). One row of a large weight (the 27B shapes) loads whole
     input rows too, up to 8,192 (one or two weight rows a program, 4 warps a row): on an H100 faster than cuBLAS
-    for every such shape with K <= 8,192 (kernels/h100_session45_split_gemv); with an RMSNorm prologue such a
-    program holds the norm's weights and statistics too (4 warps: 255 registers and spills for gate_up), so it
-    takes twice the warps. Under the CPU interpreter, few large programs run fastest.
+    for every such shape with K <= 8,192 (kernels/h100_session45_split_gemv). Under the CPU interpreter, few large
+    programs run fastest.
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
     if block_m == 1 and rows == 1 and 2 * n_out * k >= GEMV_MIN_BYTES and k >= GEMV_MIN_K:  # 16-bit weights
         wide = n_out > 8192 and not swiglu
-        return (2 if wide else 1), min(GEMV_MAX_K, triton.next_power_of_2(k)), (8 if wide else 4) * (1 + norm)
+        return (2 if wide else 1), min(GEMV_MAX_K, triton.next_power_of_2(k)), (8 if wide else 4)
     if block_m > 1:
         return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
@@ -256,7 +255,7 @@ def fused_gemv(
         raise ValueError("tiles configure the row-tiled kernel (row_tiles=None or True)")
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
-    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m, swiglu, norm_weight is not None)
+    block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m, swiglu)
     grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
