@@ -112,7 +112,7 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
-    NORM_OFFSET: tl.constexpr = False, ONE_TILE: tl.constexpr = False,
+    NORM_OFFSET: tl.constexpr = False,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
     decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
@@ -130,22 +130,15 @@ def _gemv_kernel(
     cols0 = tl.arange(0, BLOCK_K)
     p_x = x_ptr + o_m[:, None] * stride_xm  # [BLOCK_M, 1]
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
-    if NORM and not ONE_TILE:  # RMSNorm statistics of the whole input rows, recomputed by every program
+    if NORM:  # RMSNorm statistics of the whole input rows, recomputed by every program
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
-        tile = n_ok[:, None] & col_ok[None, :]
-        # the weight loads first: their stream must not wait for x, nor for the norm's reduction
-        w = tl.load(w_ptr + o_n[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0)
-        if SWIGLU:
-            w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         if NORM:
-            if ONE_TILE:  # the whole rows are this tile: their statistics from it, no second read
-                rstd = 1.0 / tl.sqrt(tl.sum(xk * xk, axis=1) / K + eps)
             nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             if NORM_OFFSET:  # Qwen3.5's norm: x / rms(x) * (1 + weight), in fp32 (NORM_FP32's one rounding)
                 nw += 1.0
@@ -156,8 +149,11 @@ def _gemv_kernel(
                 xk = _round(xk, dtype)
             else:
                 xk = _round(_round(xk * rstd[:, None], dtype) * nw, dtype)
-        acc += tl.sum(w.to(tl.float32)[None, :, :] * xk[:, None, :], axis=2)
+        tile = n_ok[:, None] & col_ok[None, :]
+        w = tl.load(w_ptr + o_n[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+        acc += tl.sum(w[None, :, :] * xk[:, None, :], axis=2)
         if SWIGLU:
+            w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
             acc_up += tl.sum(w_up.to(tl.float32)[None, :, :] * xk[:, None, :], axis=2)
     y = acc
     if SWIGLU:  # silu(gate) * up; with BIAS each half's bias joins its accumulator before its one rounding
@@ -265,7 +261,7 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        NORM_OFFSET=norm_offset, ONE_TILE=k <= block_k, **pdl_gemm_options(x.device, k, weight.element_size()),
+        NORM_OFFSET=norm_offset, **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
