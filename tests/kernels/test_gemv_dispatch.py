@@ -83,8 +83,7 @@ def test_gemv_op_passes_opcheck():
     x, w = _weights(*SHAPES[0])
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
     r = torch.randn(1, w.shape[0]).to(DEVICE, torch.bfloat16)
-    norm_weight = _norm(w.shape[1], True).weight.detach()
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, norm_weight, 1e-6, True, r))
+    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, _norm(w.shape[1], True).weight.detach(), 1e-6, True, r))
 
 
 def _norm(k: int, offset: bool, seed: int = 1) -> RMSNorm:
