@@ -9,7 +9,6 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 
 from weaver.kernels import gemv
 from weaver.kernels.triton.decode import gemv_config
-from weaver.models.norm import RMSNorm
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -82,62 +81,3 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 def test_gemv_op_passes_opcheck():
     x, w = _weights(*SHAPES[0])
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
-    r = torch.randn(1, w.shape[0]).to(DEVICE, torch.bfloat16)
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, _norm(w.shape[1], True).weight.detach(), 1e-6, True, r))
-
-
-def _norm(k: int, offset: bool, seed: int = 1) -> RMSNorm:
-    norm = RMSNorm(k, 1e-6, offset=offset)
-    with torch.no_grad():  # Qwen3.5's weights sit around 0 (the scale is 1 + w), Llama's around 1
-        norm.weight.uniform_(-0.5, 0.5) if offset else norm.weight.uniform_(0.5, 1.5)
-    return norm.to(DEVICE, torch.bfloat16)
-
-
-@pytest.mark.parametrize("offset", [False, True])
-@pytest.mark.parametrize("swiglu", [False, True])
-def test_gemv_linear_fuses_the_norm_and_the_residual(swiglu, offset):
-    """residual + norm(x) @ W^T (SwiGLU'd) in one launch equals the same ops in torch, for both norm variants."""
-    x, w = _weights(*SHAPES[-1])
-    norm = _norm(w.shape[1], offset)
-    r = torch.randn(1, 1, w.shape[0] // 2 if swiglu else w.shape[0]).to(DEVICE, torch.bfloat16)
-    got = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0, norm=norm, residual=r)
-    want = gemv.linear(x.float(), w.float(), TORCH, swiglu=swiglu, norm=lambda v: norm(v.to(x.dtype)).float(),
-                       residual=r.float())  # fmt: skip
-    assert got.shape == want.shape and got.dtype == torch.bfloat16
-    assert_close("gemv + norm + residual", want, got, 2e-2)
-
-
-@torch.no_grad()
-def test_decode_step_fuses_every_norm_and_residual_add_into_the_gemvs(monkeypatch):
-    """tiny-qwen3_5 in bf16, projections fused (as `LLM` loads a target) and every one-row projection sent to the
-    GEMV (the size rule lifted): a decode step gives the logits of the same step with the projections in torch,
-    and each layer's two norms and two residual adds went into its GEMVs (the LM head's input is the final norm's
-    output, which the round reads too)."""
-    from weaver.models.config import ModelConfig
-    from weaver.models.fuse import fuse_projections
-    from weaver.models.loading import build_model, init_random_weights
-    from weaver.models.presets import preset_config
-
-    cfg = ModelConfig.from_hf(preset_config("tiny-qwen3_5", num_hidden_layers=4))
-    model = fuse_projections(init_random_weights(build_model(cfg, DEVICE), seed=5).to(torch.bfloat16).eval())
-    model.options = TRITON
-    gen = torch.Generator().manual_seed(0)
-    prompt = torch.randint(0, cfg.vocab_size, (1, 12), generator=gen).to(DEVICE)
-    step = torch.randint(0, cfg.vocab_size, (1, 1), generator=gen).to(DEVICE)
-    launched, launch = [], gemv.launch
-
-    def record(op, module, name, x, weight, swiglu, norm_weight, eps, norm_offset, residual):
-        launched.append((norm_weight is not None, norm_offset, residual is not None))
-        return launch(op, module, name, x, weight, swiglu, norm_weight, eps, norm_offset, residual)
-
-    monkeypatch.setattr(gemv, "launch", record)
-    logits = {}
-    for side in ("torch", "gemv"):
-        monkeypatch.setattr(gemv, "_takes_gemv", lambda x, w, _, s=side: s == "gemv" and x.numel() == w.shape[-1])
-        cache = model.allocate_cache(1, 32)
-        model(prompt, cache)
-        logits[side] = model(step, cache).logits
-    assert launched.count((True, True, False)) == 2 * cfg.num_hidden_layers  # Qwen3.5's offset norms
-    assert launched.count((False, False, True)) == 2 * cfg.num_hidden_layers  # out / o_proj and down
-    assert len(launched) == 4 * cfg.num_hidden_layers + 1  # + the LM head
-    assert_close("decode logits", logits["torch"], logits["gemv"], 3e-2)

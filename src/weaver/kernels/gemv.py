@@ -2,14 +2,11 @@
 
     y = linear(x, weight, options)                 # = F.linear(x, weight)
     h = linear(x, gate_up, options, swiglu=True)   # = silu(gate) * up of the [gate; up] rows
-    y = linear(x, weight, options, norm=norm, residual=r)   # = r + F.linear(norm(x), weight)
 
 At one row a projection is a weight read. With whole input rows per tile (BLOCK_K up to 8,192) every program
 has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.6-27B shape with K <= 8,192
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
 24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
-A decoder layer's RMSNorm runs in the GEMV's prologue (every program recomputes the row's statistics from the
-row it loads anyway) and its residual add in the epilogue, so a decode step has no norm or add kernels of its own.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
@@ -17,57 +14,29 @@ torch.compile the kernel is the custom op `weaver::gemv`; this module imports wi
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 import torch.nn.functional as F
 
 from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
-__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "RowNorm", "gemv_op", "linear", "project"]
+__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
 
 
-class RowNorm(Protocol):
-    """An RMSNorm module as the GEMV's prologue reads it (`weaver.models.norm.RMSNorm`): called, it is the reference."""
-
-    weight: torch.Tensor
-    eps: float
-    offset: bool  # Qwen3.5: x / rms(x) * (1 + weight) in fp32; else weight * (x / rms(x)) rounded first
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
-
-
 @torch.library.custom_op("weaver::gemv", mutates_args=())
-def gemv_op(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    swiglu: bool,
-    norm_weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    norm_offset: bool = False,
-    residual: torch.Tensor | None = None,
-) -> torch.Tensor:
+def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
     """`weaver.kernels.triton.decode.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu)."""
     from weaver.kernels.triton.decode import gemv
 
-    return gemv(x, weight, swiglu, norm_weight, eps, norm_offset, residual)
+    return gemv(x, weight, swiglu)
 
 
 @gemv_op.register_fake
-def _gemv_fake(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    swiglu: bool,
-    norm_weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    norm_offset: bool = False,
-    residual: torch.Tensor | None = None,
-) -> torch.Tensor:
+def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
@@ -92,31 +61,19 @@ def linear(
     options: RuntimeOptions,
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int = GEMV_MIN_BYTES,
-    norm: RowNorm | None = None,  # applied to x first
-    residual: torch.Tensor | None = None,  # [..., N]: added to the output
 ) -> torch.Tensor:
-    """[residual +] norm(x) @ weight^T (no bias) [SwiGLU'd]: the Triton GEMV for one row of a large weight, with the
-    norm in its prologue and the residual add in its epilogue; else the same ops in torch."""
+    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight, else F.linear."""
     if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
-        norm_args = (None, 1e-6, False) if norm is None else (norm.weight, norm.eps, norm.offset)
-        fused = residual is not None and residual.dtype == x.dtype and residual.is_contiguous()
-        res = residual.reshape(1, -1) if fused else None
-        out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", x.reshape(1, -1), weight, swiglu, *norm_args,
-                     res)  # fmt: skip
-        out = out.view(*x.shape[:-1], out.shape[-1])
-        return out if residual is None or fused else residual + out
-    y = F.linear(x if norm is None else norm(x), weight)
-    if swiglu:
-        gate, up = y.chunk(2, dim=-1)
-        y = F.silu(gate) * up
-    return y if residual is None else residual + y
+        rows = x.reshape(1, -1)
+        out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
+        return out.view(*x.shape[:-1], out.shape[-1])
+    y = F.linear(x, weight)
+    if not swiglu:
+        return y
+    gate, up = y.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
-def project(
-    layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions, residual: torch.Tensor | None = None
-) -> torch.Tensor:
-    """[residual +] layer(x) for an nn.Linear, one row of a large bias-free weight through `linear`."""
-    if layer.bias is not None:
-        y = layer(x)
-        return y if residual is None else residual + y
-    return linear(x, layer.weight, options, residual=residual)
+def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
+    """layer(x) for an nn.Linear, one row of a large bias-free weight through `linear`."""
+    return layer(x) if layer.bias is not None else linear(x, layer.weight, options)

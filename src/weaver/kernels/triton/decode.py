@@ -112,7 +112,6 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
-    NORM_OFFSET: tl.constexpr = False,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
     decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
@@ -140,8 +139,6 @@ def _gemv_kernel(
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
         if NORM:
             nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
-            if NORM_OFFSET:  # Qwen3.5's norm: x / rms(x) * (1 + weight), in fp32 (NORM_FP32's one rounding)
-                nw += 1.0
             if NORM_FP32:  # WeaverNorm: weight * x / rms(x) (+ bias) in fp32, one rounding
                 xk = xk * rstd[:, None] * nw
                 if NORM_BIAS:
@@ -194,7 +191,6 @@ def fused_gemv(
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
-    norm_offset: bool = False,  # Qwen3.5's RMSNorm: x / rms(x) * (1 + norm_weight) in fp32, one rounding
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
@@ -224,13 +220,10 @@ def fused_gemv(
         raise ValueError(f"residual must be [{m}, {n_out}] with unit stride, got {tuple(residual.shape)}")
     if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
         raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
-    if norm_offset and norm_weight is None:
-        raise ValueError("norm_offset needs norm_weight")
-    norm_fp32 = norm_fp32 or norm_offset
     adapter_opts = norm_fp32 or norm_bias is not None or bias is not None or gelu
     if adapter_opts and (row_tiles or tiles is not None or norm_out is not None or (gelu and swiglu)):
-        raise ValueError("norm_fp32, norm_offset, norm_bias, bias and gelu are options of the per-row GEMV (no tiles; "
-                         "gelu or swiglu, not both)")
+        raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no tiles; gelu or "
+                         "swiglu, not both)")
     if block_m not in (1, 2, 4, 8):
         raise ValueError(f"block_m must be 1, 2, 4 or 8, got {block_m}")
     if bias is not None and bias.shape != (n,):
@@ -261,22 +254,14 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        NORM_OFFSET=norm_offset, **pdl_gemm_options(x.device, k, weight.element_size()),
+        **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
 
-def gemv(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    swiglu: bool = False,
-    norm_weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-    norm_offset: bool = False,
-    residual: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`fused_gemv` of one row: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
-    return fused_gemv(x, weight, norm_weight, eps, residual, swiglu, norm_offset=norm_offset)
+def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
+    """`fused_gemv(x, weight, swiglu=swiglu)`: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
+    return fused_gemv(x, weight, swiglu=swiglu)
 
 
 @triton.jit
