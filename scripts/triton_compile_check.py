@@ -9,6 +9,7 @@
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
+    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -141,18 +142,21 @@ def check_node_attention() -> list[str]:
     return out
 
 
-def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict) -> str:
-    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows."""
-    block_n, block_k, warps = dc.gemv_config(n, k, rows, torch.device("cuda"))
+def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict, warps: int | None = None) -> str:
+    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows (warps: instead of its)."""
+    block_n, block_k, rule_warps = dc.gemv_config(n, k, rows, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))
+    warps = warps or rule_warps
     ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
     args = {p: "*bf16" for p in ptrs}
     args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32",
                 stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
-                 GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)))
+                 GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)),
+                 BLOCK_M=1)
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
-    return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} SASS={sass_count(kern)}", kern)
+    return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)}",
+                  kern)  # fmt: skip
 
 
 def check_adapter_gemv() -> list[str]:
@@ -162,6 +166,21 @@ def check_adapter_gemv() -> list[str]:
              ("norm+fc1+gelu", 1024, 512, dict(NORM=True, NORM_FP32=True, NORM_BIAS=True, BIAS=True, GELU=True)),
              ("fc2+bias+res", 512, 1024, dict(RESIDUAL=True, BIAS=True)))  # fmt: skip
     return [compile_gemv(f"adapter gemv {name}", n, k, 4, flags) for name, n, k, flags in cases]
+
+
+def check_gemv_27b() -> list[str]:
+    """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), and the same with an RMSNorm
+    prologue (fp32, one rounding: Qwen3.5's) at the rule's warps and twice them: what the prologue costs in
+    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100)."""
+    norm = dict(NORM=True, NORM_FP32=True)
+    out = []
+    for name, n, k, flags in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True)), ("gdn.in_proj", 16480, 5120, {}),
+                              ("o/out_proj+res", 5120, 6144, dict(RESIDUAL=True))):  # fmt: skip
+        rule = dc.gemv_config(n, k, 1, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))[2]
+        out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
+        if not flags.get("RESIDUAL"):
+            out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
+    return out
 
 
 def check_decode() -> list[str]:
@@ -346,6 +365,7 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
+    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, with a norm or not")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",
@@ -357,7 +377,7 @@ def main() -> None:
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
               (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
               (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope),
-              (args.commit, check_commit))  # fmt: skip
+              (args.commit, check_commit), (args.gemv_27b, check_gemv_27b))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)
