@@ -1,5 +1,6 @@
 """Issue 19, the AR step's GDN decode kernel: does one (row, value head) program per 128 x 128 fp32 state run faster
-with more warps? `gdn_decode` launches 8; the 27B profile has it at 48 x 7.2 us on an H100 with only 48 programs.
+with more warps? `gdn_decode` launched 8 (the 27B profile: 48 x 7.2 us on an H100, only 48 programs); after this
+script's H100 run (benchmarks/results/scale/h100_session46_norm_fusion: 4 warps 6.69 us, 8 warps 7.69) it takes 4.
 
 Times `gdn_decode_kernel` at the Qwen3.6-27B GDN shape (16 key heads, 48 value heads, K = V = 128) for 48 layers'
 states in one CUDA graph (the states read from HBM, as in a step), per num_warps, and checks each against the
