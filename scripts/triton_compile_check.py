@@ -44,6 +44,7 @@ vf = importlib.import_module("weaver.kernels.triton.tree_attention")
 pt = importlib.import_module("weaver.kernels.triton.pool_top")
 qr = importlib.import_module("weaver.kernels.triton.qkv_rope")
 gc = importlib.import_module("weaver.kernels.triton.gdn_commit")
+sa = importlib.import_module("weaver.kernels.triton.split_attention")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -264,7 +265,7 @@ def check_verify() -> list[str]:
     alone, its table, and attention with RoPE inside at the tuned tiles, with and without qk-norm."""
     out = []
     strides = ("stride_qkv", "stride_cb", "stride_ch", "stride_cs", "stride_o", "stride_q")
-    ints = dict.fromkeys(("T", "S", "stride_db", "stride_ab", "stride_ai", "stride_aj", *strides), "i32")
+    ints = dict.fromkeys(("T", "S", "stride_db", "stride_dj", "stride_ab", "stride_ai", "stride_aj", *strides), "i32")
     ptrs = {n: "*bf16" for n in ("qkv_ptr", "k_ptr", "v_ptr", "qn_ptr", "kn_ptr", "out_ptr", "q_out_ptr", "cos_ptr",
                                  "sin_ptr")}  # fmt: skip
     args = dict(ints, **ptrs, len_ptr="*i64", depth_ptr="*i64", anc_ptr="*u8", inv_freq_ptr="*fp32", scale="fp32",
@@ -280,6 +281,28 @@ def check_verify() -> list[str]:
                          BLOCK_S=block_s, BLOCK_T=vf.ROPE_TREE_TILE, PDL=True)  # fmt: skip (PDL: as on Hopper)
             kern = compile_kernel(vf._tree_attention_rope_kernel, args, const, warps, stages, divisible=strides)
             out.append(report(f"tree_attention_rope qk_norm={qk_norm} R={block_r} S={block_s} w={warps}", kern))
+    return out + check_tree_attention()
+
+
+def check_tree_attention() -> list[str]:
+    """The roped-q tree attention (`tree_attention`, 9 / 3 heads of 64) at its default tiles, and the hybrid's
+    prefix-split kernel (`split_tree_attention`) at the Qwen3.6-27B attention shape (24 / 4 heads of 256, gated):
+    one launch, 32 chunks, and the drafter's sliding window; both walk the tree with `_attend_tree_slots`."""
+    strides = ("stride_q", "stride_cb", "stride_ch", "stride_cs", "stride_o", "stride_g", "stride_gh")
+    args = dict(dict.fromkeys(("T", "stride_ab", "stride_ai", "stride_aj", *strides), "i32"), scale="fp32",
+                len_ptr="*i64", anc_ptr="*u8", m_ptr="*fp32", l_ptr="*fp32", acc_ptr="*fp32",
+                **{n: "*bf16" for n in ("q_ptr", "k_ptr", "v_ptr", "gate_ptr", "out_ptr")})  # fmt: skip
+    const = dict(H=9, HKV=3, D=64, INTERPRET=False, BLOCK_R=32, BLOCK_D=64, BLOCK_S=64, PDL=True)
+    out = [report("tree_attention R=32 S=64 w=4", compile_kernel(vf._tree_attention_kernel, args, const, 4, 3,
+                                                                 divisible=strides))]  # fmt: skip
+    sa._sm_count = lambda index: 132  # an H100's SMs: split_launch asks the device, and there is none here
+    for name, splits, window in (("one launch", 0, 0), ("32 chunks", 32, 0), ("window 2048", 32, 2048)):
+        launch = sa.split_launch(17 * 6, 4, 32768, torch.device("cuda"), 256, torch.bfloat16)
+        const = dict(H=24, HKV=4, D=256, INTERPRET=False, BLOCK_R=launch.block_r, BLOCK_D=256, BLOCK_S=launch.block_s,
+                     SPLITS=splits, MIN_CHUNK=sa.MIN_CHUNK, GATE=True, WINDOW=window, PDL=True)  # fmt: skip
+        kern = compile_kernel(sa._split_attention_kernel, args, const, launch.num_warps, launch.num_stages,
+                              divisible=strides)  # fmt: skip
+        out.append(report(f"split_attention 27B 17 nodes {name} R={launch.block_r} S={launch.block_s}", kern))
     return out
 
 
