@@ -343,7 +343,7 @@ def check_qkv_rope() -> list[str]:
                                  "kn_ptr")}  # fmt: skip
     ptrs.update(len_ptr="*i64", depth_ptr="*i64", inv_freq_ptr="*fp32")
     ints = dict.fromkeys(("M", "K", "T", "S", "stride_xm", "stride_wn", "stride_om", "stride_q", "stride_db",
-                          "stride_cb", "stride_ch", "stride_cs"), "i32")  # fmt: skip
+                          "stride_dj", "stride_cb", "stride_ch", "stride_cs"), "i32")  # fmt: skip
     out = []
     for qk_norm in (False, True):
         const = dict(H=9, HKV=3, D=64, ROT=64, QK_NORM=qk_norm, INTERPRET=False, BLOCK_M=16, BLOCK_K=256, K_LINES=16)
