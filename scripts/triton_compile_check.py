@@ -296,8 +296,8 @@ def check_tree_attention() -> list[str]:
     out = [report("tree_attention R=32 S=64 w=4", compile_kernel(vf._tree_attention_kernel, args, const, 4, 3,
                                                                  divisible=strides))]  # fmt: skip
     sa._sm_count = lambda index: 132  # an H100's SMs: split_launch asks the device, and there is none here
+    launch = sa.split_launch(17 * 6, 4, 32768, torch.device("cuda"), 256, torch.bfloat16)
     for name, splits, window in (("one launch", 0, 0), ("32 chunks", 32, 0), ("window 2048", 32, 2048)):
-        launch = sa.split_launch(17 * 6, 4, 32768, torch.device("cuda"), 256, torch.bfloat16)
         const = dict(H=24, HKV=4, D=256, INTERPRET=False, BLOCK_R=launch.block_r, BLOCK_D=256, BLOCK_S=launch.block_s,
                      SPLITS=splits, MIN_CHUNK=sa.MIN_CHUNK, GATE=True, WINDOW=window, PDL=True)  # fmt: skip
         kern = compile_kernel(sa._split_attention_kernel, args, const, launch.num_warps, launch.num_stages,

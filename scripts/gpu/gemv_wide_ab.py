@@ -94,7 +94,7 @@ def configs(k: int, rows: int):
     if rows > 1:
         block_m = (32, 64) if rows > 32 else (32,) if rows > 16 else (16,)
         for bm, bn, bk, warps, stages in itertools.product(block_m, (32, 64, 128), (128, 256), (4, 8), (3, 5)):
-            if bn * bk <= 128 * 256 and (bm, bn) != (64, 128):
+            if (bm, bn) != (64, 128):
                 yield GemmTiles(bm, bn, bk, warps, stages)
         return
     for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
