@@ -9,7 +9,7 @@
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
-    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, plain and with a folded norm's 1 / rms or residual
+    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -153,7 +153,7 @@ def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict, warps: int |
                 stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
                  GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)),
-                 BLOCK_M=1, RMS=False, RMS_TILE=1024)
+                 BLOCK_M=1)
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
     return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)}",
@@ -170,17 +170,17 @@ def check_adapter_gemv() -> list[str]:
 
 
 def check_gemv_27b() -> list[str]:
-    """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), plain and as the model launches them
-    since session 47: a folded norm's 1 / rms(x) (RMS) in the projections after a norm, the residual add in the
-    ones before it, the down projection (K = 17,408) among them. Session 46's weight-reading norm prologue took
-    gate_up + SwiGLU from 165 to 216 registers (scale/h100_session46_norm_fusion); the sum of squares from the
-    long tiles inside the loop, to 230; from 1,024-wide tiles after it, 165 (2,048: 228)."""
+    """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), and the same with an RMSNorm
+    prologue (fp32, one rounding: Qwen3.5's) at the rule's warps and twice them: what the prologue costs in
+    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100)."""
+    norm = dict(NORM=True, NORM_FP32=True)
     out = []
     for name, n, k, flags in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True)), ("gdn.in_proj", 16480, 5120, {}),
-                              ("o/out_proj", 5120, 6144, {}), ("down", 5120, 17408, {})):  # fmt: skip
+                              ("o/out_proj+res", 5120, 6144, dict(RESIDUAL=True))):  # fmt: skip
+        rule = dc.gemv_config(n, k, 1, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))[2]
         out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
-        fused = dict(RESIDUAL=True) if name in ("o/out_proj", "down") else dict(RMS=True)
-        out.append(compile_gemv(f"27b gemv {name}+{'+'.join(f.lower() for f in fused)}", n, k, 1, {**flags, **fused}))
+        if not flags.get("RESIDUAL"):
+            out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
     return out
 
 
@@ -388,7 +388,7 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
-    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, plain and fused")
+    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, with a norm or not")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",

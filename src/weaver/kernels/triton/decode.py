@@ -114,7 +114,7 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
-    RMS: tl.constexpr = False, RMS_TILE: tl.constexpr = 1024,
+    RMS: tl.constexpr = False,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
     decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width).
@@ -138,10 +138,13 @@ def _gemv_kernel(
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+        if RMS:
+            sum_sq += tl.sum(xk * xk, axis=1)
         if NORM:
             nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             if NORM_FP32:  # WeaverNorm: weight * x / rms(x) (+ bias) in fp32, one rounding
@@ -157,10 +160,8 @@ def _gemv_kernel(
         if SWIGLU:
             w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
             acc_up += tl.sum(w_up.to(tl.float32)[None, :, :] * xk[:, None, :], axis=2)
-    if RMS:  # (W diag(g)) (x / rms(x)) = (W diag(g) x) / rms(x): the row's scale after the dot, its statistics
-        # from the row again in short tiles (L1 hits), once the weight tiles are dead: summed from the long tiles
-        # inside the loop they took gate_up + SwiGLU from 165 to 230 registers (triton_compile_check --gemv-27b)
-        inv_rms = (1.0 / tl.sqrt(rows_sum_sq(p_x, m_ok, K, BLOCK_M, RMS_TILE) / K + eps))[:, None]
+    if RMS:  # (W diag(g)) (x / rms(x)) = (W diag(g) x) / rms(x): the row's scale after the dot
+        inv_rms = (1.0 / tl.sqrt(sum_sq / K + eps))[:, None]
         acc *= inv_rms
         acc_up *= inv_rms
     y = acc
@@ -268,8 +269,7 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        RMS=rms, RMS_TILE=min(1024, triton.next_power_of_2(k)),  # 1024: 165 registers for gate_up, 2048: 228
-        **pdl_gemm_options(x.device, k, weight.element_size()),
+        RMS=rms, **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
@@ -299,21 +299,15 @@ def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.co
 
 
 @triton.jit
-def rows_sum_sq(p_x, mask_m, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The sum of squares of each row of a [BLOCK_M, K] tile (p_x: [BLOCK_M, 1] row pointers)."""
+def rows_rstd(p_x, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / rms of each row of a [BLOCK_M, K] tile (p_x: [BLOCK_M, 1] row pointers), recomputed per program."""
     o_k0 = tl.arange(0, BLOCK_K)
     sq = tl.zeros([BLOCK_M, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         o_k = k0 + o_k0
         b_x = tl.load(p_x + o_k[None, :], mask=mask_m[:, None] & (o_k < K)[None, :], other=0.0).to(tl.float32)
         sq += b_x * b_x
-    return tl.sum(sq, axis=1)
-
-
-@triton.jit
-def rows_rstd(p_x, mask_m, K, eps, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / rms of each row of a [BLOCK_M, K] tile (p_x: [BLOCK_M, 1] row pointers), recomputed per program."""
-    return 1.0 / tl.sqrt(rows_sum_sq(p_x, mask_m, K, BLOCK_M, BLOCK_K) / K + eps)
+    return 1.0 / tl.sqrt(tl.sum(sq, axis=1) / K + eps)
 
 
 @triton.jit
