@@ -13,7 +13,6 @@ import torch
 from weaver.errors import GenerationConfigError, PromptError
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
-from weaver.models.fold import fold_norms
 from weaver.models.fuse import fuse_projections
 from weaver.models.generation_config import read_generation_config, sampling_defaults
 from weaver.models.loading import build_model, init_random_weights, load_weights
@@ -141,7 +140,7 @@ class LLM:
     def _setup(
         self, target: Decoder, tokenizer, name: str, max_model_len, drafter, adapter, seed, options, draft_vocab=None
     ) -> None:
-        self.model = fold_norms(fuse_projections(target))  # fold: large 16-bit weights only (models.fold)
+        self.model = fuse_projections(target)
         self.generation_defaults: dict[str, float | int] = {}
         self.tokenizer = tokenizer
         self.name = name

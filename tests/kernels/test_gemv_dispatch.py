@@ -9,9 +9,6 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 
 from weaver.kernels import gemv
 from weaver.kernels.triton.decode import gemv_config
-from weaver.models.fold import fold_norm
-from weaver.models.fuse import FusedLinear
-from weaver.models.norm import RMSNorm
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -77,39 +74,10 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
     assert gemv_config(34816, 5120, 1, cuda) == (2, 8192, 8)
     assert gemv_config(17408, 5120, 1, cuda, swiglu=True) == (1, 8192, 4)
     assert gemv_config(5120, 6144, 1, cuda) == (1, 8192, 4)
-    assert gemv_config(5120, 17408, 1, cuda) == (1, 8192, 8)  # the down projection: 8,192-wide tiles, 8 warps
     assert gemv_config(5120, 6144, 4, cuda, block_m=4)[2] == 2  # the adapter's several-row rule
     assert gemv_config(49152, 576, 1, cuda) == (16, 64, 1)  # SmolLM2's LM head: short rows, the tuned rule
 
 
-@pytest.mark.parametrize("fused", ["plain", "rms + residual"])
-def test_gemv_op_passes_opcheck(fused):
+def test_gemv_op_passes_opcheck():
     x, w = _weights(*SHAPES[0])
-    res = torch.randn(1, w.shape[0]).to(DEVICE, torch.bfloat16) if fused != "plain" else None
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, fused != "plain", 1e-6, res))
-
-
-@pytest.mark.parametrize("swiglu", [False, True])
-@pytest.mark.parametrize("offset", [False, True])
-def test_gemv_linear_folds_a_norm_and_adds_the_residual(offset, swiglu):
-    """A norm folded into the weight (`models.fold`) and a residual: the GEMV's 1 / rms(x) and epilogue add equal
-    the unfolded norm and F.linear in fp32, and so does the torch route through the folded norm."""
-    n, k = SHAPES[0]
-    x, w = _weights(n, k)
-    gen = torch.Generator().manual_seed(1)
-    norm = RMSNorm(k, 1e-6, offset=offset).to(DEVICE, torch.bfloat16)
-    with torch.no_grad():
-        norm.weight.copy_((torch.rand(k, generator=gen) + (-0.5 if offset else 0.5)).to(norm.weight))
-    residual = torch.randn(1, 1, n // 2 if swiglu else n, generator=gen).to(DEVICE, torch.bfloat16)
-    want = F.linear(norm(x).float(), w.float())
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
-    want = want + residual.float()
-    fused = FusedLinear([torch.nn.Linear(k, n, bias=False).to(DEVICE, torch.bfloat16)])
-    fused.weight.copy_(w)
-    assert fold_norm(norm, fused, min_bytes=0) and norm.folded
-    for options in (TRITON, TORCH):
-        got = gemv.linear(x, fused.weight, options, swiglu=swiglu, min_bytes=0, norm=norm, residual=residual)
-        assert got.shape == want.shape and got.dtype == torch.bfloat16
-        assert_close(f"folded norm, {options.kernels}", want, got, 2e-2)
+    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))

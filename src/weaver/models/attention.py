@@ -47,15 +47,12 @@ class Attention(nn.Module):
         cache: AttentionCache,
         step: StepInputs,
         rope: tuple[torch.Tensor, torch.Tensor],
-        norm: gemv.RowNorm | None = None,  # applied to x first (the layer's input norm)
-        residual: torch.Tensor | None = None,  # added to the output (in o_proj's one-row GEMV)
     ) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
-            q, k, v = self.fused(x, step.options, norm)
+            q, k, v = self.fused(x, step.options)
         else:
-            h = x if norm is None else norm(x)
-            q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(b, t, self.num_heads, -1)
         gate = None
         if self.gated:  # per head: [query | gate]
@@ -71,7 +68,7 @@ class Attention(nn.Module):
         if not self.sliding:  # the prefix-split kernel on CUDA: reads the committed slots, not the whole cache
             out = attend_tree(q, cache.k, cache.v, step.lengths, step.ancestors, gate, step.options)
             if out is not None:
-                return gemv.project(self.o_proj, out, step.options, residual)
+                return gemv.project(self.o_proj, out, step.options)
         mask = step.window_mask if self.sliding else step.attn_mask
         out = F.scaled_dot_product_attention(  # [B, heads, T, D]; one fused kernel on CUDA when compiled
             q, cache.k, cache.v, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
@@ -79,4 +76,4 @@ class Attention(nn.Module):
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         if gate is not None:
             out = out * torch.sigmoid(gate.reshape(b, t, -1))
-        return gemv.project(self.o_proj, out, step.options, residual)
+        return gemv.project(self.o_proj, out, step.options)

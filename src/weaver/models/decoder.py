@@ -45,13 +45,13 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
 
     def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
-        """x + mixer(norm(x)), then + MLP(norm(.)): each norm goes to the projection that reads it and each residual
-        add to the projection before it, so a one-row step's GEMVs take both (`weaver.kernels.gemv`, `models.fold`)."""
+        h = self.input_layernorm(x)
         if self.kind == "linear_attention":
-            x = self.linear_attn(x, cache, step, norm=self.input_layernorm, residual=x)
+            h = self.linear_attn(h, cache, step)
         else:
-            x = self.self_attn(x, cache, step, rope, norm=self.input_layernorm, residual=x)
-        return self.mlp(x, step.options, norm=self.post_attention_layernorm, residual=x)
+            h = self.self_attn(h, cache, step, rope)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x), step.options)
 
 
 class DecoderBody(nn.Module):

@@ -52,21 +52,13 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
         self.fused = None  # set by models.fuse.fuse_projections: one GEMM for qkv, z, b, a
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: GDNCache,
-        step: StepInputs,
-        norm: gemv.RowNorm | None = None,  # applied to x first (the layer's input norm)
-        residual: torch.Tensor | None = None,  # added to the output (in out_proj's one-row GEMV)
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
-            mixed, z, b_raw, a_raw = self.fused(x, step.options, norm)
+            mixed, z, b_raw, a_raw = self.fused(x, step.options)
         else:
-            h = x if norm is None else norm(x)
-            mixed, z = self.in_proj_qkv(h), self.in_proj_z(h)
-            b_raw, a_raw = self.in_proj_b(h), self.in_proj_a(h)
+            mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
+            b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
         # mixed: [B, T, C] raw pre-conv inputs
         weight = self.conv1d.weight[:, 0, :]  # [C, W]
         # a verify of the whole model hands each layer its slots of the stacked commit inputs
@@ -80,7 +72,7 @@ class GatedDeltaNet(nn.Module):
             if t == 1 and backend.fused_decode(step.options, x):  # one kernel from here to out_proj's input
                 o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight,
                                        self.norm.eps, cache.state, self.num_k_heads)
-                return gemv.project(self.out_proj, o, step.options, residual)
+                return gemv.project(self.out_proj, o, step.options)
         q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
@@ -96,7 +88,7 @@ class GatedDeltaNet(nn.Module):
             cache.state.copy_(new_state)
         z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)
         o = self.norm(o.to(x.dtype), z)
-        return gemv.project(self.out_proj, o.reshape(b, t, self.value_dim), step.options, residual)
+        return gemv.project(self.out_proj, o.reshape(b, t, self.value_dim), step.options)
 
     def commit(self, cache: GDNCache, path: torch.Tensor, options: RuntimeOptions) -> None:
         """Fold the accepted path (node ids [B, P], -1 padded) into the state and the conv window."""

@@ -14,7 +14,6 @@ class RMSNorm(nn.Module):
         self.eps = eps
         self.offset = offset
         self.weight = nn.Parameter(torch.zeros(dim) if offset else torch.ones(dim))
-        self.folded = False  # set by models.fold: the weight is the identity, its scale lives in the next projection
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x32 = x.float()

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from weaver.kernels.gemv import GEMV_MIN_BYTES, GEMV_MIN_K, GEMV_TILE_K
+from weaver.kernels.gemv import GEMV_MAX_K, GEMV_MIN_BYTES, GEMV_MIN_K
 from weaver.kernels.triton import tuning
 from weaver.kernels.triton._utils import (
     check_device,
@@ -43,16 +43,14 @@ def gemv_config(
     input rows at once with two warps: on an H100 at width 2048, 2.8-3.2x faster than the per-row rule's tiles
     (benchmarks/results/scale/h100_session44_finish). One row of a large weight (the 27B shapes) loads whole
     input rows too, up to 8,192 (one or two weight rows a program, 4 warps a row): on an H100 faster than cuBLAS
-    for every such shape with K <= 8,192 (kernels/h100_session45_split_gemv), and within 3% of it for the down
-    projection (8 warps), whose residual add it then takes into its epilogue. Under the CPU interpreter, few large
+    for every such shape with K <= 8,192 (kernels/h100_session45_split_gemv). Under the CPU interpreter, few large
     programs run fastest.
     """
     if device.type != "cuda":
         return 16, min(128, triton.next_power_of_2(k)), 1
     if block_m == 1 and rows == 1 and 2 * n_out * k >= GEMV_MIN_BYTES and k >= GEMV_MIN_K:  # 16-bit weights
         wide = n_out > 8192 and not swiglu
-        warps = 8 if wide or k > GEMV_TILE_K else 4  # the down projection (K = 17,408): (1, 8192, 8) in that study
-        return (2 if wide else 1), min(GEMV_TILE_K, triton.next_power_of_2(k)), warps
+        return (2 if wide else 1), min(GEMV_MAX_K, triton.next_power_of_2(k)), (8 if wide else 4)
     if block_m > 1:
         return (4 if n_out >= 2048 else 2), min(2048, triton.next_power_of_2(k)), 2
     block_n = 2 if n_out * rows <= 1024 else 4 if n_out * rows <= 4096 else 16
@@ -114,12 +112,9 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
-    RMS: tl.constexpr = False,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
-    decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width).
-    RMS: x is an RMSNorm's input whose weight is folded into W (`models.fold`): the sum of squares comes from the
-    tiles the dot loads anyway and the accumulators scale by 1 / rms(x) at the end (no extra loads, no tile held)."""
+    decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
     pid_n = tl.program_id(0)
     o_m = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     m_ok = o_m < M
@@ -138,13 +133,10 @@ def _gemv_kernel(
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-        if RMS:
-            sum_sq += tl.sum(xk * xk, axis=1)
         if NORM:
             nw = tl.load(norm_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)[None, :]
             if NORM_FP32:  # WeaverNorm: weight * x / rms(x) (+ bias) in fp32, one rounding
@@ -160,10 +152,6 @@ def _gemv_kernel(
         if SWIGLU:
             w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
             acc_up += tl.sum(w_up.to(tl.float32)[None, :, :] * xk[:, None, :], axis=2)
-    if RMS:  # (W diag(g)) (x / rms(x)) = (W diag(g) x) / rms(x): the row's scale after the dot
-        inv_rms = (1.0 / tl.sqrt(sum_sq / K + eps))[:, None]
-        acc *= inv_rms
-        acc_up *= inv_rms
     y = acc
     if SWIGLU:  # silu(gate) * up; with BIAS each half's bias joins its accumulator before its one rounding
         up = acc_up
@@ -203,11 +191,10 @@ def fused_gemv(
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
-    rms: bool = False,  # W holds an RMSNorm's weight (`models.fold`): x @ W^T / rms(x), per-row GEMV only
 ) -> torch.Tensor:
-    """[RMSNorm ->] x @ W^T [/ rms(x)] [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
-    fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, and rms only on the per-row GEMV,
-    where bias also goes with swiglu).
+    """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
+    fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
+    bias also goes with swiglu).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for block_m rows (the tuned decode GEMV: one);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
@@ -233,12 +220,10 @@ def fused_gemv(
         raise ValueError(f"residual must be [{m}, {n_out}] with unit stride, got {tuple(residual.shape)}")
     if norm_out is not None and (norm_weight is None or norm_out.shape != x.shape or norm_out.stride(1) != 1):
         raise ValueError(f"norm_out needs norm_weight and shape {tuple(x.shape)} with unit stride")
-    if rms and norm_weight is not None:
-        raise ValueError("rms is the norm of a folded weight: no norm_weight beside it")
-    adapter_opts = norm_fp32 or norm_bias is not None or bias is not None or gelu or rms
+    adapter_opts = norm_fp32 or norm_bias is not None or bias is not None or gelu
     if adapter_opts and (row_tiles or tiles is not None or norm_out is not None or (gelu and swiglu)):
-        raise ValueError("norm_fp32, norm_bias, bias, gelu and rms are options of the per-row GEMV (no tiles; gelu "
-                         "or swiglu, not both)")
+        raise ValueError("norm_fp32, norm_bias, bias and gelu are options of the per-row GEMV (no tiles; gelu or "
+                         "swiglu, not both)")
     if block_m not in (1, 2, 4, 8):
         raise ValueError(f"block_m must be 1, 2, 4 or 8, got {block_m}")
     if bias is not None and bias.shape != (n,):
@@ -269,21 +254,14 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        RMS=rms, **pdl_gemm_options(x.device, k, weight.element_size()),
+        **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
 
-def gemv(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    swiglu: bool = False,
-    rms: bool = False,
-    eps: float = 1e-6,
-    residual: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """`fused_gemv` of one row: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
-    return fused_gemv(x, weight, eps=eps, residual=residual, swiglu=swiglu, rms=rms)
+def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
+    """`fused_gemv(x, weight, swiglu=swiglu)`: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
+    return fused_gemv(x, weight, swiglu=swiglu)
 
 
 @triton.jit
