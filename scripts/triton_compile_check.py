@@ -143,9 +143,13 @@ def check_node_attention() -> list[str]:
     return out
 
 
-def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict, warps: int | None = None) -> str:
-    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows (warps: instead of its)."""
+def compile_gemv(
+    name: str, n: int, k: int, rows: int, flags: dict, warps: int | None = None, blocks: tuple | None = None
+) -> str:
+    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows (warps: instead of its;
+    blocks: (BLOCK_N, BLOCK_K) instead of its)."""
     block_n, block_k, rule_warps = dc.gemv_config(n, k, rows, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))
+    block_n, block_k = blocks or (block_n, block_k)
     warps = warps or rule_warps
     ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
     args = {p: "*bf16" for p in ptrs}
@@ -153,11 +157,11 @@ def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict, warps: int |
                 stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
                  GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)),
-                 BLOCK_M=1)
+                 BLOCK_M=1, K_TILES=0)
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
-    return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)}",
-                  kern)  # fmt: skip
+    return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)} "
+                  f"{loads_before_math(kern)}", kern)  # fmt: skip
 
 
 def check_adapter_gemv() -> list[str]:
@@ -172,7 +176,8 @@ def check_adapter_gemv() -> list[str]:
 def check_gemv_27b() -> list[str]:
     """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), and the same with an RMSNorm
     prologue (fp32, one rounding: Qwen3.5's) at the rule's warps and twice them: what the prologue costs in
-    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100)."""
+    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100); then the K loop unrolled
+    (`fused_gemv(unroll_k=True)`, gemv_wide_ab.py's A/B), with the down projection (K = 17,408) among them."""
     norm = dict(NORM=True, NORM_FP32=True)
     out = []
     for name, n, k, flags in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True)), ("gdn.in_proj", 16480, 5120, {}),
@@ -181,6 +186,15 @@ def check_gemv_27b() -> list[str]:
         out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
         if not flags.get("RESIDUAL"):
             out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
+    # the K loop unrolled (gemv_wide_ab.py's UNROLLED, session 47): a candidate per shape, and the down projection's
+    for name, n, k, flags, (bn, bk, w) in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True), (1, 2048, 8)),
+                                           ("gdn.in_proj", 16480, 5120, {}, (2, 2048, 8)),
+                                           ("o/out_proj", 5120, 6144, {}, (2, 2048, 8)),
+                                           ("down", 5120, 17408, {}, (1, 8192, 8)),
+                                           ("down", 5120, 17408, {}, (1, 4096, 8))):  # fmt: skip
+        out.append(compile_gemv(f"27b gemv {name} unrolled", n, k, 1, {**flags, "K_TILES": -(-k // bk)}, w, (bn, bk)))
+    out.append(compile_gemv("27b gemv down (the loop, as gemv_wide_ab's best plain config)", 5120, 17408, 1, {}, 8,
+                            (1, 8192)))  # fmt: skip
     return out
 
 
@@ -306,14 +320,28 @@ def check_tree_attention() -> list[str]:
     return out
 
 
-def sass_count(kern) -> int:
-    """Static SASS instructions of a compiled kernel (cuobjdump -sass)."""
+def sass_lines(kern) -> list[str]:
+    """The SASS instructions of a compiled kernel (cuobjdump -sass), one string each."""
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kern.asm["cubin"])
         f.flush()
         sass = subprocess.run([str(tool), "-sass", f.name], capture_output=True, text=True).stdout
-    return sum(1 for line in sass.splitlines() if line.strip().startswith("/*") and "*/" in line.strip()[2:8])
+    return [line.strip() for line in sass.splitlines() if line.strip().startswith("/*") and "*/" in line.strip()[2:8]]
+
+
+def sass_count(kern) -> int:
+    """Static SASS instructions of a compiled kernel."""
+    return len(sass_lines(kern))
+
+
+def loads_before_math(kern) -> str:
+    """Global loads issued before the first FMA / total, in program order: how many of a GEMV program's loads can
+    be in flight at once (a K loop that reduces each tile before loading the next issues one tile's)."""
+    lines = sass_lines(kern)
+    loads = [i for i, line in enumerate(lines) if " LDG" in line]
+    first_fma = next((i for i, line in enumerate(lines) if " FFMA" in line), len(lines))
+    return f"LDG before the first FFMA {sum(i < first_fma for i in loads)}/{len(loads)}"
 
 
 def check_gemm_rows() -> list[str]:

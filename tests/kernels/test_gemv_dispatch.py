@@ -81,3 +81,23 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 def test_gemv_op_passes_opcheck():
     x, w = _weights(*SHAPES[0])
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_unrolled_k_loop_matches_the_loop(swiglu):
+    """fused_gemv(unroll_k=True) (gemv_wide_ab.py's A/B: every K tile's loads before one reduction) computes what
+    the K loop does, with a last tile that is part mask."""
+    from weaver.kernels.triton.decode import fused_gemv
+
+    n, k = (2 * 8704, 5120) if FULL else (48, 1000)
+    x, w = _weights(n, k)
+    residual = torch.randn(1, n // 2 if swiglu else n).to(DEVICE, torch.bfloat16)
+    config = (1, 2048, 8) if FULL else (16, 256, 1)
+    loop = fused_gemv(x.view(1, -1), w, residual=residual, swiglu=swiglu, config=config)
+    unrolled = fused_gemv(x.view(1, -1), w, residual=residual, swiglu=swiglu, config=config, unroll_k=True)
+    want = F.linear(x.view(1, -1).float(), w.float())
+    if swiglu:
+        gate, up = want.chunk(2, dim=-1)
+        want = F.silu(gate) * up
+    assert_close("unrolled K loop", want + residual.float(), unrolled, 2e-2)
+    assert_close("unrolled against the loop", loop.float(), unrolled, 1e-2)

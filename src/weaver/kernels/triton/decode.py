@@ -112,6 +112,7 @@ def _gemv_kernel(
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
+    K_TILES: tl.constexpr = 0,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
     decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
@@ -133,7 +134,23 @@ def _gemv_kernel(
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    if K_TILES > 0:  # the K loop unrolled: every tile's loads in flight at once, one reduction at the end (no NORM)
+        part = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+        part_up = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
+        for t in tl.static_range(K_TILES):
+            cols = t * BLOCK_K + cols0
+            col_ok = cols < K
+            xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
+            tile = n_ok[:, None] & col_ok[None, :]
+            w = tl.load(w_ptr + o_n[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
+            part += w[None, :, :] * xk[:, None, :]
+            if SWIGLU:
+                w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
+                part_up += w_up.to(tl.float32)[None, :, :] * xk[:, None, :]
+        acc = tl.sum(part, axis=2)
+        if SWIGLU:
+            acc_up = tl.sum(part_up, axis=2)
+    for k0 in range(0, K if K_TILES == 0 else 0, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
@@ -191,6 +208,7 @@ def fused_gemv(
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
+    unroll_k: bool = False,  # the per-row GEMV's K loop unrolled (no norm): an A/B of gemv_wide_ab.py, not a rule yet
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
@@ -245,6 +263,8 @@ def fused_gemv(
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
     block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m, swiglu)
+    if unroll_k and norm_weight is not None:
+        raise ValueError("unroll_k: the unrolled K loop has no norm prologue")
     grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
@@ -254,7 +274,7 @@ def fused_gemv(
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        **pdl_gemm_options(x.device, k, weight.element_size()),
+        K_TILES=triton.cdiv(k, block_k) if unroll_k else 0, **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
