@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.kernels import gemv
-from weaver.kernels.triton.decode import gemv_config
+from weaver.kernels.triton.decode import fused_gemv, gemv_config
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -87,8 +87,6 @@ def test_gemv_op_passes_opcheck():
 def test_unrolled_k_loop_matches_the_loop(swiglu):
     """fused_gemv(unroll_k=True) (gemv_wide_ab.py's A/B: every K tile's loads before one reduction) computes what
     the K loop does, with a last tile that is part mask."""
-    from weaver.kernels.triton.decode import fused_gemv
-
     n, k = (2 * 8704, 5120) if FULL else (48, 1000)
     x, w = _weights(n, k)
     residual = torch.randn(1, n // 2 if swiglu else n).to(DEVICE, torch.bfloat16)
