@@ -9,7 +9,7 @@
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
-    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
+    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs: plain, with a norm prologue, the K loop unrolled
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -336,8 +336,9 @@ def sass_count(kern) -> int:
 
 
 def loads_before_math(kern) -> str:
-    """Global loads issued before the first FMA / total, in program order: how many of a GEMV program's loads can
-    be in flight at once (a K loop that reduces each tile before loading the next issues one tile's)."""
+    """Global loads before the first FMA / total, static instructions in program order: how many of a GEMV program's
+    loads can be in flight at once. A loop's body counts once however often it runs, so a K loop that reduces each
+    tile before loading the next shows one tile's loads (e.g. 64/64) where the unrolled loop shows every tile's."""
     lines = sass_lines(kern)
     loads = [i for i, line in enumerate(lines) if " LDG" in line]
     first_fma = next((i for i, line in enumerate(lines) if " FFMA" in line), len(lines))
@@ -416,7 +417,7 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
-    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, with a norm or not")
+    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, norm or unrolled")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",
