@@ -151,13 +151,14 @@ def compile_gemv(
     block_n, block_k, rule_warps = dc.gemv_config(n, k, rows, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))
     block_n, block_k = blocks or (block_n, block_k)
     warps = warps or rule_warps
-    ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
+    ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr", "conv_w_ptr",
+            "conv_state_ptr")
     args = {p: "*bf16" for p in ptrs}
-    args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32",
-                stride_rm="i32", stride_om="i32")  # fmt: skip
+    args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", N_CONV="i32", stride_xm="i32",
+                stride_wn="i32", stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
                  GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)),
-                 BLOCK_M=1, K_TILES=0)
+                 BLOCK_M=1, K_TILES=0, CONV_W=0, CONV_WP=1)
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
     return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)} "
@@ -177,13 +178,16 @@ def check_gemv_27b() -> list[str]:
     """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), and the same with an RMSNorm
     prologue (fp32, one rounding: Qwen3.5's) at the rule's warps and twice them: what the prologue costs in
     registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100); then the K loop unrolled
-    (`fused_gemv(unroll_k=True)`, gemv_wide_ab.py's A/B), with the down projection (K = 17,408) among them."""
+    (`fused_gemv(unroll_k=True)`, gemv_wide_ab.py's A/B), with the down projection (K = 17,408) among them. The GDN
+    in-projection also with the decode conv in its epilogue (`linear_conv`, session 48)."""
     norm = dict(NORM=True, NORM_FP32=True)
     out = []
     for name, n, k, flags in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True)), ("gdn.in_proj", 16480, 5120, {}),
                               ("o/out_proj+res", 5120, 6144, dict(RESIDUAL=True))):  # fmt: skip
         rule = dc.gemv_config(n, k, 1, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))[2]
         out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
+        if name == "gdn.in_proj":  # the decode step's conv in the epilogue (`linear_conv`)
+            out.append(compile_gemv(f"27b gemv {name}+conv", n, k, 1, dict(CONV_W=4, CONV_WP=4)))
         if not flags.get("RESIDUAL"):
             out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
     # the K loop unrolled (gemv_wide_ab.py's UNROLLED, session 47): a candidate per shape, and the down projection's

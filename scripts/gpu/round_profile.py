@@ -211,9 +211,16 @@ def main() -> int:
     parser.add_argument("--gemv-unrolled", action="store_true",
                         help="the one-row GEMVs with their K loop unrolled (UNROLLED_RULE), the down projection among "
                              "them: the model-level A/B of gemv_wide_ab.py's unrolled configs")
+    parser.add_argument("--inductor-pdl", action="store_true",
+                        help="inductor's own kernels (the norms, the GDN gates) launched with programmatic dependent "
+                             "launch too (torch._inductor.config.triton.enable_pdl), beside weaver's PDL kernels")
     args = parser.parse_args()
     if args.gemv_unrolled:
         use_unrolled_gemv()
+    if args.inductor_pdl:
+        import torch._inductor.config as inductor_config
+
+        inductor_config.triton.enable_pdl = True  # before anything compiles
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
                                  drafter=None if args.drafter in NAMED else args.drafter,
@@ -247,7 +254,7 @@ def equal_tokens(llm, specs: list[str], n: int) -> None:
     """Greedy tokens of every spec's method against ar's from PROMPT: the matching prefix (bf16 ties aside)."""
     llm.engine.options = llm.engine.options.replace(cuda_graphs="round")
     ref = llm.generate(PROMPT, method="ar", max_new_tokens=n, ignore_eos=True, chat=False).token_ids
-    print(f"\n## greedy tokens against ar ({n} new tokens from the profile's prompt)")
+    print(f"\n## greedy tokens against ar ({n} new tokens from the profile's prompt)\nar tokens: {ref}")
     for spec in specs:
         method, _, budget = spec.partition(":")
         if method == "ar":
