@@ -202,6 +202,25 @@ def check_gemv_27b() -> list[str]:
     return out
 
 
+def check_gdn_decode() -> list[str]:
+    """The GDN decode step's kernel at the Qwen3.6-27B shape (H 16, HV 48, K = V = 128, 4 warps), with and without
+    PDL: registers, and how many of its loads come before the wait (griddepcontrol.wait) that PDL adds."""
+    gd = importlib.import_module("weaver.kernels.triton.gdn_decode")
+    args = dict(mixed="*bf16", b_raw="*bf16", a_raw="*bf16", z="*bf16", A_log="*fp32", dt_bias="*bf16",
+                norm_w="*bf16", state="*fp32", out="*bf16", S_MIX="i32", S_B="i32", S_A="i32", S_Z="i32",
+                scale="fp32", eps="fp32")  # fmt: skip
+    out = []
+    for pdl in (False, True):
+        const = dict(H=16, HV=48, K=128, V=128, BK=128, BV=128, PDL=pdl)
+        kern = compile_kernel(gd.gdn_decode_kernel, args, const, 4)
+        lines = sass_lines(kern)
+        wait = next((i for i, line in enumerate(lines) if "ACQBULK" in line or "griddepcontrol" in line.lower()),
+                    None)  # fmt: skip
+        before = "no wait" if wait is None else f"LDG before the wait {sum(' LDG' in x for x in lines[:wait])}"
+        out.append(report(f"gdn_decode 27B PDL={pdl} SASS={len(lines)} {before}", kern))
+    return out
+
+
 def check_decode() -> list[str]:
     """The AR step's launches at SmolLM2's shapes (bf16, PDL on as launched on Hopper): its five GEMVs for one
     row, and qk-norm-free RoPE + K/V write + attention (9 / 3 heads of 64)."""
@@ -421,6 +440,7 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
+    parser.add_argument("--gdn-decode", action="store_true", help="also the GDN decode step's kernel (PDL)")
     parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, norm or unrolled")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
@@ -433,7 +453,8 @@ def main() -> None:
               (args.vocab_top1, check_vocab_top1), (args.verify, check_verify),
               (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
               (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope),
-              (args.commit, check_commit), (args.gemv_27b, check_gemv_27b))  # fmt: skip
+              (args.commit, check_commit), (args.gemv_27b, check_gemv_27b),
+              (args.gdn_decode, check_gdn_decode))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)
