@@ -12,7 +12,7 @@
 #      on an H100: profile.txt at --min-capacity 32768 (ar / chain:16): session 45's slot ops and the drafter's
 #      split attention at a server's capacity, never profiled at 27B.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
-#   then, within the machine's 30 s warm window: scripts/gpu/gemv_unroll_ab.sh (the model-level A/B of step 2)
+#   then, within the machine's 30 s warm window: scripts/gpu/ar_step_ab.sh (the model-level A/B of step 2)
 set -uo pipefail
 OUT=${OUT:-/tmp/owed_out}
 mkdir -p "$OUT"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 19, one device call (~520 s of command on a fresh machine): the 27B AR step, one process each, on one
+# machine, most needed first:
+#   1. profile_base.txt: the session base (.baseline/src: `git archive <base> src ':!src/weaver/assets'`);
+#   2. profile_new.txt: this tree (session 48: the GDN decode conv in the in-projection GEMV's epilogue, gdn_decode
+#      with PDL);
+#   3. profile_inductor_pdl.txt: this tree with inductor's own kernels (the add + RMSNorm between the GEMVs, the
+#      attention layers' q/k norm + RoPE) launched with programmatic dependent launch too (--inductor-pdl), so the
+#      next GEMV's weight prefetch overlaps them;
+#   4. profile_unrolled.txt: this tree with the GEMV's K loop unrolled (--gemv-unrolled: UNROLLED_RULE's configs,
+#      the down projection on the GEMV too; edit UNROLLED_RULE from gemv_wide_ab.py's sweep first).
+# Runs 1-3 then greedy-decode 32 tokens with ar and print them: the PDL changes decide which kernels may overlap,
+# so their tokens must be the base's.
+#   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/ar_step_ab.sh     (carry .whl .baseline)
+set -uo pipefail
+OUT=${OUT:-/tmp/ar_step_out}
+mkdir -p "$OUT"
+drop='UserWarning\|originates from\|^  File \|^$\|warn_once\|_warn_once\|return _triton'
+profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 14"
+run() {  # run NAME PYTHONPATH ARGS...
+  local name=$1 path=$2
+  shift 2
+  PYTHONPATH=$path timeout "${AB_TIMEOUT:-130}" python3 $profile --specs ar "$@" 2>&1 | grep -v "$drop" \
+    > "$OUT/profile_$name.txt"
+  grep -H "ar step\|ar tokens" "$OUT/profile_$name.txt"
+}
+run base "/tmp/site:$PWD/.baseline/src" --equal-tokens 32
+run new "/tmp/site:$PWD/src" --equal-tokens 32
+run inductor_pdl "/tmp/site:$PWD/src" --inductor-pdl --equal-tokens 32
+run unrolled "/tmp/site:$PWD/src" --gemv-unrolled
