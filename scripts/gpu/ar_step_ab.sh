@@ -3,7 +3,7 @@
 # machine, most needed first:
 #   1. profile_base.txt: the session base (.baseline/src: `git archive <base> src ':!src/weaver/assets'`);
 #   2. profile_new.txt: this tree (session 48: the GDN decode conv in the in-projection GEMV's epilogue, gdn_decode
-#      with PDL);
+#      with PDL, the attention layers' K and V written in one Triton launch);
 #   3. profile_inductor_pdl.txt: this tree with inductor's own kernels (the add + RMSNorm between the GEMVs, the
 #      attention layers' q/k norm + RoPE) launched with programmatic dependent launch too (--inductor-pdl), so the
 #      next GEMV's weight prefetch overlaps them;

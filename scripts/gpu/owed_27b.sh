@@ -19,7 +19,7 @@ mkdir -p "$OUT"
 drop='UserWarning\|originates from\|^  File \|^$\|warn_once\|_warn_once\|return _triton'
 timeout "${OWED_TESTS:-150}" python3 -m pytest --triton-full -v -rf --tb=short -p no:cacheprovider -n 16 \
   tests/kernels/test_gemv_dispatch.py tests/kernels/test_gdn_decode.py tests/kernels/test_split_attention.py \
-  tests/kernels/test_tree_attention.py > "$OUT/tests.txt" 2>&1
+  tests/kernels/test_tree_attention.py tests/kernels/test_slots.py > "$OUT/tests.txt" 2>&1
 grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -8
 timeout "${OWED_GEMV:-130}" python3 scripts/gpu/gemv_wide_ab.py > "$OUT/gemv_m1.txt" 2>&1
 timeout "${OWED_SWIGLU:-50}" python3 scripts/gpu/gemv_wide_ab.py --swiglu > "$OUT/gemv_swiglu.txt" 2>&1
