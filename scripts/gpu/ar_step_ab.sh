@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 19, one device call (~520 s of command on a fresh machine): the 27B AR step, one process each, on one
-# machine, most needed first:
+# Issue 19, one device call (~590 s of command on a fresh machine): the compiled kernel tests (AB_TESTS seconds,
+# default 130; 0: none), then the 27B AR step, one process each, on one machine, most needed first:
 #   1. profile_base.txt: the session base (.baseline/src: `git archive <base> src ':!src/weaver/assets'`);
 #   2. profile_new.txt: this tree (session 48: the GDN decode conv in the in-projection GEMV's epilogue, gdn_decode
 #      with PDL, the attention layers' K and V written in one Triton launch);
@@ -20,10 +20,11 @@ profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter publis
 run() {  # run NAME PYTHONPATH ARGS...
   local name=$1 path=$2
   shift 2
-  PYTHONPATH=$path timeout "${AB_TIMEOUT:-130}" python3 $profile --specs ar "$@" 2>&1 | grep -v "$drop" \
+  PYTHONPATH=$path timeout "${AB_TIMEOUT:-110}" python3 $profile --specs ar "$@" 2>&1 | grep -v "$drop" \
     > "$OUT/profile_$name.txt"
   grep -H "ar step\|ar tokens" "$OUT/profile_$name.txt"
 }
+[ "${AB_TESTS:-130}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${AB_TESTS:-130}"
 run base "/tmp/site:$PWD/.baseline/src" --equal-tokens 32
 run new "/tmp/site:$PWD/src" --equal-tokens 32
 run inductor_pdl "/tmp/site:$PWD/src" --inductor-pdl --equal-tokens 32

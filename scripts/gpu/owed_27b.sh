@@ -11,16 +11,13 @@
 #      figures issue 19 asks for;
 #      on an H100: profile.txt at --min-capacity 32768 (ar / chain:16): session 45's slot ops and the drafter's
 #      split attention at a server's capacity, never profiled at 27B.
-#   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
+#   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl; OWED_TESTS=0: no step 1)
 #   then, within the machine's 30 s warm window: scripts/gpu/ar_step_ab.sh (the model-level A/B of step 2)
 set -uo pipefail
 OUT=${OUT:-/tmp/owed_out}
 mkdir -p "$OUT"
 drop='UserWarning\|originates from\|^  File \|^$\|warn_once\|_warn_once\|return _triton'
-timeout "${OWED_TESTS:-150}" python3 -m pytest --triton-full -v -rf --tb=short -p no:cacheprovider -n 16 \
-  tests/kernels/test_gemv_dispatch.py tests/kernels/test_gdn_decode.py tests/kernels/test_split_attention.py \
-  tests/kernels/test_tree_attention.py tests/kernels/test_slots.py > "$OUT/tests.txt" 2>&1
-grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -8
+[ "${OWED_TESTS:-150}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${OWED_TESTS:-150}"
 timeout "${OWED_GEMV:-130}" python3 scripts/gpu/gemv_wide_ab.py > "$OUT/gemv_m1.txt" 2>&1
 timeout "${OWED_SWIGLU:-50}" python3 scripts/gpu/gemv_wide_ab.py --swiglu > "$OUT/gemv_swiglu.txt" 2>&1
 profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 14"
