@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 19, one device call (~590 s of command on a fresh machine): the compiled kernel tests (AB_TESTS seconds,
-# default 130; 0: none), then the 27B AR step, one process each, on one machine, most needed first:
+# Issue 19, one device call (~550 s of command on a fresh machine): the 27B AR step, one process each, on one
+# machine, most needed first, with the compiled kernel tests after the first two (AB_TESTS seconds, default 100;
+# 0: none):
 #   1. profile_base.txt: the session base (.baseline/src: `git archive <base> src ':!src/weaver/assets'`);
 #   2. profile_new.txt: this tree (session 48: the GDN decode conv in the in-projection GEMV's epilogue, gdn_decode
 #      with PDL, the attention layers' K and V written in one Triton launch);
@@ -24,8 +25,8 @@ run() {  # run NAME PYTHONPATH ARGS...
     > "$OUT/profile_$name.txt"
   grep -H "ar step\|ar tokens" "$OUT/profile_$name.txt"
 }
-[ "${AB_TESTS:-130}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${AB_TESTS:-130}"
 run base "/tmp/site:$PWD/.baseline/src" --equal-tokens 32
 run new "/tmp/site:$PWD/src" --equal-tokens 32
+[ "${AB_TESTS:-100}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${AB_TESTS:-100}"
 run inductor_pdl "/tmp/site:$PWD/src" --inductor-pdl --equal-tokens 32
 run unrolled "/tmp/site:$PWD/src" --gemv-unrolled
