@@ -147,6 +147,8 @@ def test_conv_epilogue_fallback_and_bad_state():
         fused_gemv(x.view(1, -1), weight, conv_weight=conv_w, conv_state=state[:, :, :2].contiguous())
     with pytest.raises(ValueError, match="the conv epilogue needs"):
         fused_gemv(x.view(1, -1), weight, conv_weight=conv_w, conv_state=state, swiglu=True)
+    with pytest.raises(ValueError, match="an option of the per-row GEMV"):  # 16 rows take the row tiles
+        fused_gemv(x.view(1, -1).expand(16, -1), weight, conv_weight=conv_w, conv_state=state.expand(16, -1, -1))
 
 
 def test_gemv_conv_op_passes_opcheck():

@@ -221,7 +221,7 @@ def fused_gemv(
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
-    bias also goes with swiglu).
+    bias also goes with swiglu; so is the GDN decode conv of conv_weight / conv_state, `gemv.linear_conv`).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for block_m rows (the tuned decode GEMV: one);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
@@ -262,6 +262,8 @@ def fused_gemv(
         row_tiles = not adapter_opts and (
             norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
         )
+    if row_tiles and (conv_weight is not None or conv_state is not None):
+        raise ValueError("the conv epilogue is an option of the per-row GEMV (under ROW_TILE_MIN_M rows, no tiles)")
     if row_tiles:
         if tiles is None:
             tiles = row_tiles_for(x, n_out, out.dtype, norm_weight is not None, swiglu, residual is not None,
