@@ -204,14 +204,15 @@ def check_gemv_27b() -> list[str]:
 
 def check_gdn_decode() -> list[str]:
     """The GDN decode step's kernel at the Qwen3.6-27B shape (H 16, HV 48, K = V = 128, 4 warps), with and without
-    PDL: registers, and how many of its loads come before the wait (griddepcontrol.wait) that PDL adds."""
+    PDL where it has it (session 48's candidate, a72b101): registers, and how many of its loads come before the wait
+    (griddepcontrol.wait) that PDL adds."""
     gd = importlib.import_module("weaver.kernels.triton.gdn_decode")
     args = dict(mixed="*bf16", b_raw="*bf16", a_raw="*bf16", z="*bf16", A_log="*fp32", dt_bias="*bf16",
                 norm_w="*bf16", state="*fp32", out="*bf16", S_MIX="i32", S_B="i32", S_A="i32", S_Z="i32",
                 scale="fp32", eps="fp32")  # fmt: skip
     out = []
-    for pdl in (False, True):
-        const = dict(H=16, HV=48, K=128, V=128, BK=128, BV=128, PDL=pdl)
+    for pdl in (False, True) if "PDL" in gd.gdn_decode_kernel.arg_names else (None,):  # PDL: session 48's candidate
+        const = dict(H=16, HV=48, K=128, V=128, BK=128, BV=128, **({} if pdl is None else {"PDL": pdl}))
         kern = compile_kernel(gd.gdn_decode_kernel, args, const, 4)
         lines = sass_lines(kern)
         wait = next((i for i, line in enumerate(lines) if "ACQBULK" in line or "griddepcontrol" in line.lower()),

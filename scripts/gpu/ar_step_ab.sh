@@ -2,17 +2,22 @@
 # Issue 19, one device call (~550 s of command on a fresh machine): the 27B AR step, one process each, on one
 # machine, most needed first, with the compiled kernel tests after the first two (AB_TESTS seconds, default 100;
 # 0: none):
-#   1. profile_base.txt: the session base (.baseline/src: `git archive <base> src ':!src/weaver/assets'`);
-#   2. profile_new.txt: this tree (session 48: the GDN decode conv in the in-projection GEMV's epilogue, gdn_decode
-#      with PDL, the attention layers' K and V written in one Triton launch);
-#   3. profile_inductor_pdl.txt: this tree with inductor's own kernels (the add + RMSNorm between the GEMVs, the
+#   1. profile_base.txt: the session base (.baseline/src);
+#   2. profile_new.txt: session 48's candidate (.candidate: the GDN decode conv in the in-projection GEMV's
+#      epilogue, gdn_decode with PDL, the attention layers' K and V written in one Triton launch; a72b101, taken out
+#      of the model again by the commit after it until a GPU has timed it);
+#   3. the candidate's compiled kernel tests (scripts/gpu/kernel_tests.sh in .candidate);
+#   4. profile_inductor_pdl.txt: the candidate with inductor's own kernels (the add + RMSNorm between the GEMVs, the
 #      attention layers' q/k norm + RoPE) launched with programmatic dependent launch too (--inductor-pdl), so the
 #      next GEMV's weight prefetch overlaps them;
-#   4. profile_unrolled.txt: this tree with the GEMV's K loop unrolled (--gemv-unrolled: UNROLLED_RULE's configs,
-#      the down projection on the GEMV too; edit UNROLLED_RULE from gemv_wide_ab.py's sweep first).
-# Runs 1-3 then greedy-decode 32 tokens with ar and print them: the PDL changes decide which kernels may overlap,
-# so their tokens must be the base's.
-#   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/ar_step_ab.sh     (carry .whl .baseline)
+#   5. profile_unrolled.txt: the candidate with the GEMV's K loop unrolled (--gemv-unrolled: UNROLLED_RULE's
+#      configs, the down projection on the GEMV too; edit UNROLLED_RULE from gemv_wide_ab.py's sweep first).
+# Runs 1, 2 and 4 then greedy-decode 32 tokens with ar and print them: the PDL changes decide which kernels may
+# overlap, so their tokens must be the base's.
+#   here:        rm -rf .baseline .candidate && mkdir .baseline .candidate
+#                git archive 4e08341 src ':!src/weaver/assets' | tar -x -C .baseline
+#                git archive a72b101 src tests pyproject.toml ':!src/weaver/assets' | tar -x -C .candidate
+#   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/ar_step_ab.sh     (carry .whl .baseline .candidate)
 set -uo pipefail
 OUT=${OUT:-/tmp/ar_step_out}
 mkdir -p "$OUT"
@@ -26,7 +31,7 @@ run() {  # run NAME PYTHONPATH ARGS...
   grep -H "ar step\|ar tokens" "$OUT/profile_$name.txt"
 }
 run base "/tmp/site:$PWD/.baseline/src" --equal-tokens 32
-run new "/tmp/site:$PWD/src" --equal-tokens 32
-[ "${AB_TESTS:-100}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${AB_TESTS:-100}"
-run inductor_pdl "/tmp/site:$PWD/src" --inductor-pdl --equal-tokens 32
-run unrolled "/tmp/site:$PWD/src" --gemv-unrolled
+run new "/tmp/site:$PWD/.candidate/src" --equal-tokens 32
+[ "${AB_TESTS:-100}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${AB_TESTS:-100}" .candidate
+run inductor_pdl "/tmp/site:$PWD/.candidate/src" --inductor-pdl --equal-tokens 32
+run unrolled "/tmp/site:$PWD/.candidate/src" --gemv-unrolled

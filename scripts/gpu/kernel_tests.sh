@@ -2,11 +2,13 @@
 # The compiled kernel tests owed on a GPU since session 45 (tree_attention refactor), 46 (4-warp GDN decode) and
 # 48 (the GDN decode conv epilogue, gdn_decode with PDL, the one-launch K/V write), into $OUT/tests.txt: -v names
 # each test as it ends, so a run cut by its timeout still says which one failed.
-#   bash scripts/gpu/kernel_tests.sh [SECONDS]    (default 150; called by owed_27b.sh and ar_step_ab.sh)
+#   bash scripts/gpu/kernel_tests.sh [SECONDS] [ROOT]   (default 150 s; ROOT: a tree with src/, tests/ and
+#   pyproject.toml, default this one; called by owed_27b.sh and ar_step_ab.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/kernel_tests_out}
 mkdir -p "$OUT"
-timeout "${1:-150}" python3 -m pytest --triton-full -v -rf --tb=short -p no:cacheprovider -n 16 \
+cd "${2:-.}" || exit 1
+PYTHONPATH=/tmp/site:$PWD/src timeout "${1:-150}" python3 -m pytest --triton-full -v -rf --tb=short -p no:cacheprovider -n 16 \
   tests/kernels/test_gemv_dispatch.py tests/kernels/test_gdn_decode.py tests/kernels/test_slots.py \
   tests/kernels/test_split_attention.py tests/kernels/test_tree_attention.py > "$OUT/tests.txt" 2>&1
 grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -8

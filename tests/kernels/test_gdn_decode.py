@@ -30,9 +30,8 @@ PRESET = "qwen3.6-27b-shape" if FULL else "tiny-qwen3_5"
 TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (8e-3, 1e-4) if FULL else (1.6e-2, 1e-2)}
 
 
-def make_layer(dtype: torch.dtype, seed: int, hidden: int | None = None) -> tuple[GatedDeltaNet, ModelConfig]:
+def make_layer(dtype: torch.dtype, seed: int) -> tuple[GatedDeltaNet, ModelConfig]:
     cfg = ModelConfig.from_hf(preset_config(PRESET))
-    cfg = cfg if hidden is None else dataclasses.replace(cfg, hidden_size=hidden)
     torch.manual_seed(seed)
     layer = GatedDeltaNet(cfg, layer_idx=0)
     with torch.no_grad():
@@ -76,35 +75,6 @@ def test_one_decode_step_equals_the_torch_layer(dtype, batch) -> None:
     assert_close("state", ref_cache.state, ker_cache.state, tol_state)
     assert torch.equal(ref_cache.conv, ker_cache.conv)
     assert not torch.equal(ker_cache.state, cache.state)  # the step did advance the state
-
-
-@torch.no_grad()
-def test_conv_in_the_in_projection_epilogue_tracks_the_torch_layer(monkeypatch) -> None:
-    """The fused in-projection of one row of a large weight runs the step's conv in its GEMV's epilogue
-    (`gemv.linear_conv`): three bf16 steps equal the torch layer's outputs, states and conv windows. CPU: the
-    tiny shape at the GEMV's smallest width (4,096), the weight-size floor lifted; GPU: the 27B shape as it is."""
-    from weaver.kernels import gemv
-    from weaver.models.fuse import fuse_projections
-
-    if not FULL:
-        monkeypatch.setattr(gemv, "GEMV_MIN_BYTES", 0)
-    layer, cfg = make_layer(torch.bfloat16, seed=6, hidden=None if FULL else gemv.GEMV_MIN_K)
-    fuse_projections(layer)
-    ref_cache = make_cache(cfg, 1, torch.bfloat16, seed=7)
-    ker_cache = copy(ref_cache)
-    launched = []
-    real = gemv.launch
-    monkeypatch.setattr(gemv, "launch", lambda op, *args: launched.append(op) or real(op, *args))
-    gen = torch.Generator().manual_seed(8)
-    for i in range(3):
-        x = torch.randn(1, 1, cfg.hidden_size, generator=gen).to(DEVICE, torch.bfloat16)
-        step = build_step(torch.full((1,), 3 + i, device=DEVICE), 1, 16)
-        ref = layer(x, ref_cache, dataclasses.replace(step, options=TORCH))
-        out = layer(x, ker_cache, dataclasses.replace(step, options=TRITON))
-        assert_close(f"out {i}", ref.float(), out.float(), TOL[torch.bfloat16][0])
-        assert_close(f"window {i}", ref_cache.conv.float(), ker_cache.conv.float(), 2e-2)
-    assert_close("state", ref_cache.state, ker_cache.state, TOL[torch.bfloat16][1])
-    assert gemv.gemv_conv_op in launched  # the epilogue ran (not linear_conv's torch fallback)
 
 
 @torch.no_grad()

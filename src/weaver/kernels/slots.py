@@ -8,7 +8,6 @@ cache twice: at the Qwen3.6-27B shape with a 32k-slot cache 32 x ~45 us a step o
 inductor calls it on the caches themselves, and it writes the T new slots (eager torch inside).
 
     write_slots(cache_k, cache_v, slots, k, v)       # K/V [B, ..., T, D] at slots [B, T] of [B, ..., S, D]
-                                                     # (on CUDA one Triton launch for both: kernels.triton.kv_write)
     move_slots(big_k, big_v, src_slots, dst_slots)   # slots src -> dst [B, P] of stacked [L, B, H, S, D]
 """
 
@@ -16,25 +15,18 @@ from __future__ import annotations
 
 import torch
 
-from weaver.kernels.dispatch import triton_ready
-
 __all__ = ["move_slots", "write_slots", "write_slots_ref"]
 
 
 def _write(cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    if k.is_cuda and triton_ready():  # K and V in one launch (`weaver.kernels.triton.kv_write`)
-        from weaver.kernels.triton.kv_write import kv_write_fits, write_kv
-
-        if kv_write_fits(cache_k, cache_v, k, v) and slots.stride(1) == 1:
-            write_kv(cache_k, cache_v, slots, k, v)
-            return
     write_slots_ref(cache_k, cache_v, slots, k, v)
 
 
 def write_slots_ref(
     cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
-    """The torch write (two scatters): the reference of the kernel, and every layout it does not take."""
+    """The torch write (two scatters), and the reference of `weaver.kernels.triton.kv_write` (one launch for K
+    and V; not wired in until a GPU run has timed it: docs/performance.md, session 48)."""
     index = slots.view(slots.shape[0], *[1] * (k.dim() - 3), slots.shape[1], 1).expand_as(k)
     cache_k.scatter_(k.dim() - 2, index, k.to(cache_k.dtype))
     cache_v.scatter_(k.dim() - 2, index, v.to(cache_v.dtype))

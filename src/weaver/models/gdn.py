@@ -54,30 +54,25 @@ class GatedDeltaNet(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
         b, t, _ = x.shape
-        weight = self.conv1d.weight[:, 0, :]  # [C, W]
-        decode = t == 1 and not step.is_tree and backend.fused_decode(step.options, x)  # one kernel to out_proj
-        slots = None  # a verify of the whole model hands each layer its slots of the stacked commit inputs
-        if decode and self.fused is not None and self.fused.bias is None:  # the conv in the in-projection's epilogue
-            out = gemv.linear_conv(x, self.fused.weight, weight, cache.conv, step.options)
-            conv_out, z, b_raw, a_raw = out.split(self.fused.sizes, dim=-1)
+        if self.fused is not None:
+            mixed, z, b_raw, a_raw = self.fused(x, step.options)
         else:
-            if self.fused is not None:
-                mixed, z, b_raw, a_raw = self.fused(x, step.options)
-            else:
-                mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
-                b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
-            # mixed: [B, T, C] raw pre-conv inputs
-            if step.is_tree:
-                slots = step.gdn_scratch.layer(cache.index) if step.gdn_scratch is not None else None
-                conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure,
-                                               step.options, x_out=None if slots is None else slots[1])  # fmt: skip
-            else:
-                conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
-                cache.conv.copy_(new_conv)
-        if decode:
-            o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight, self.norm.eps,
-                                   cache.state, self.num_k_heads)  # fmt: skip
-            return gemv.project(self.out_proj, o, step.options)
+            mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
+            b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
+        # mixed: [B, T, C] raw pre-conv inputs
+        weight = self.conv1d.weight[:, 0, :]  # [C, W]
+        # a verify of the whole model hands each layer its slots of the stacked commit inputs
+        slots = step.gdn_scratch.layer(cache.index) if step.is_tree and step.gdn_scratch is not None else None
+        if step.is_tree:
+            conv_out = backend.tree_conv1d(mixed, weight, step.parents, cache.conv, step.tree_structure, step.options,
+                                           x_out=None if slots is None else slots[1])  # fmt: skip
+        else:
+            conv_out, new_conv = backend.causal_conv1d(mixed, weight, cache.conv)
+            cache.conv.copy_(new_conv)
+            if t == 1 and backend.fused_decode(step.options, x):  # one kernel from here to out_proj's input
+                o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight,
+                                       self.norm.eps, cache.state, self.num_k_heads)
+                return gemv.project(self.out_proj, o, step.options)
         q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
