@@ -7,8 +7,9 @@
 At one row a projection is a weight read. With whole input rows per tile (BLOCK_K up to 8,192) every program
 has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.6-27B shape with K <= 8,192
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
-24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue, and so
-does a GDN decode step's short conv (`linear_conv`: three inductor kernels a layer fewer).
+24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue, and
+`linear_conv` runs a GDN decode step's short conv there too (three inductor kernels a layer fewer; the model uses it
+once a GPU has timed it: docs/performance.md, session 48).
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
