@@ -1,4 +1,5 @@
-"""The new tokens' K and V into their cache slots in one launch (`weaver.kernels.slots.write_slots`' CUDA path).
+"""The new tokens' K and V into their cache slots in one launch: the CUDA path of `weaver.kernels.slots.write_slots`
+once a GPU has timed it (session 48's candidate, a72b101; docs/performance.md). Reference: `slots.write_slots_ref`.
 
     write_kv(cache_k, cache_v, slots, k, v)   # k, v [B, Hkv, T, D] at slots [B, T] of [B, Hkv, S, D]
 
