@@ -17,6 +17,7 @@
 #   here:        rm -rf .baseline .candidate && mkdir .baseline .candidate
 #                git archive 4e08341 src ':!src/weaver/assets' | tar -x -C .baseline
 #                git archive a72b101 src tests pyproject.toml ':!src/weaver/assets' | tar -x -C .candidate
+#                bash scripts/gpu/travel.sh light   # the shipped weights and results stay here (64 MiB a call)
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/ar_step_ab.sh     (carry .whl .baseline .candidate)
 set -uo pipefail
 OUT=${OUT:-/tmp/ar_step_out}
