@@ -18,10 +18,6 @@ import torch
 __all__ = ["move_slots", "write_slots", "write_slots_ref"]
 
 
-def _write(cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
-    write_slots_ref(cache_k, cache_v, slots, k, v)
-
-
 def write_slots_ref(
     cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
@@ -37,7 +33,7 @@ def write_slots_op(
     cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
     """`write_slots` as one opaque op (what a torch.compile'd forward calls)."""
-    _write(cache_k, cache_v, slots, k, v)
+    write_slots_ref(cache_k, cache_v, slots, k, v)
 
 
 @write_slots_op.register_fake
@@ -52,7 +48,7 @@ def write_slots(
     if torch.compiler.is_compiling():
         write_slots_op(cache_k, cache_v, slots, k, v)
     else:
-        _write(cache_k, cache_v, slots, k, v)
+        write_slots_ref(cache_k, cache_v, slots, k, v)
 
 
 def _move(big_k: torch.Tensor, big_v: torch.Tensor, src_slots: torch.Tensor, dst_slots: torch.Tensor):

@@ -131,8 +131,8 @@ def _gemv_kernel(
     cols0 = tl.arange(0, BLOCK_K)
     p_x = x_ptr + o_m[:, None] * stride_xm  # [BLOCK_M, 1]
     if CONV_W > 0:  # a GDN decode step's conv window and taps, loaded here: in flight beside the weight tiles
-        win, kept, taps, c_ok = decode_conv_window(conv_w_ptr, conv_state_ptr, o_m, m_ok, o_n, N_CONV, CONV_W,
-                                                   CONV_WP)
+        p_win, win, kept, taps, c_ok = decode_conv_window(conv_w_ptr, conv_state_ptr, o_m, m_ok, o_n, N_CONV,
+                                                          CONV_W, CONV_WP)
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of the whole input rows, recomputed by every program
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
@@ -187,8 +187,7 @@ def _gemv_kernel(
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
     out_tile = m_ok[:, None] & n_ok[None, :]
     if CONV_W > 0:  # outputs below N_CONV are the raw conv inputs: silu(conv) of them instead (window advanced)
-        y = decode_conv_step(_round(y, dtype), win, kept, taps, c_ok, conv_state_ptr, o_m, o_n, N_CONV, CONV_W,
-                             CONV_WP)
+        y = decode_conv_step(_round(y, dtype), p_win, win, kept, taps, c_ok, CONV_W, CONV_WP)
     if RESIDUAL:
         r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=out_tile, other=0.0).to(tl.float32)
         y = _round(y, dtype) + r
