@@ -58,12 +58,17 @@ def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
     torch.matmul(x, w.t(), out=out)
 
 
+def per_row(config) -> dict:
+    """fused_gemv's arguments for a per-row config (BLOCK_N, BLOCK_K, warps[, "unrolled"]); None: the rule."""
+    return {"config": config and config[:3], "unroll_k": config is not None and config[3:] == ("unrolled",)}
+
+
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
     """config: GemmTiles (row-tiled kernel), or (BLOCK_N, BLOCK_K, warps[, "unrolled"]) for the per-row GEMV."""
     if isinstance(config, GemmTiles):
         fused_gemv(x, w, out=out, tiles=config)
     else:
-        fused_gemv(x, w, out=out, config=config[:3], unroll_k=config[3:] == ("unrolled",))
+        fused_gemv(x, w, out=out, **per_row(config))
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -73,8 +78,7 @@ def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def triton_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    unroll = config is not None and config[3:] == ("unrolled",)
-    fused_gemv(x, w, out=out, config=config and config[:3], swiglu=True, unroll_k=unroll)
+    fused_gemv(x, w, out=out, swiglu=True, **per_row(config))
 
 
 def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
