@@ -9,7 +9,7 @@
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
-    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs: plain, with a norm prologue, the K loop unrolled
+    ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -143,22 +143,17 @@ def check_node_attention() -> list[str]:
     return out
 
 
-def compile_gemv(
-    name: str, n: int, k: int, rows: int, flags: dict, warps: int | None = None, blocks: tuple | None = None
-) -> str:
-    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows (warps: instead of its;
-    blocks: (BLOCK_N, BLOCK_K) instead of its)."""
+def compile_gemv(name: str, n: int, k: int, rows: int, flags: dict, warps: int | None = None) -> str:
+    """One decode-GEMV launch (bf16) at gemv_config's block sizes for `rows` input rows (warps: instead of its)."""
     block_n, block_k, rule_warps = dc.gemv_config(n, k, rows, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))
-    block_n, block_k = blocks or (block_n, block_k)
     warps = warps or rule_warps
-    ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr", "conv_w_ptr",
-            "conv_state_ptr")
+    ptrs = ("x_ptr", "w_ptr", "norm_ptr", "res_ptr", "out_ptr", "bias_ptr", "norm_bias_ptr")
     args = {p: "*bf16" for p in ptrs}
-    args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", N_CONV="i32", stride_xm="i32",
-                stride_wn="i32", stride_rm="i32", stride_om="i32")  # fmt: skip
+    args.update(M="i32", K="i32", N_OUT="i32", HALF="i32", eps="fp32", stride_xm="i32", stride_wn="i32",
+                stride_rm="i32", stride_om="i32")  # fmt: skip
     const = dict(NORM=False, SWIGLU=False, RESIDUAL=False, NORM_FP32=False, NORM_BIAS=False, BIAS=False,
                  GELU=False, BLOCK_N=block_n, BLOCK_K=block_k, K_LINES=triton.next_power_of_2(triton.cdiv(k, 64)),
-                 BLOCK_M=1, K_TILES=0, CONV_W=0, CONV_WP=1)
+                 BLOCK_M=1)
     const.update(flags)
     kern = compile_kernel(dc._gemv_kernel, args, const, warps, divisible=("stride_xm", "stride_wn", "stride_om"))
     return report(f"{name} N={n} K={k} BLOCK_N={block_n} BLOCK_K={block_k} warps={warps} SASS={sass_count(kern)} "
@@ -177,49 +172,27 @@ def check_adapter_gemv() -> list[str]:
 def check_gemv_27b() -> list[str]:
     """The one-row GEMVs of the Qwen3.6-27B AR step (gemv_config's long tiles), and the same with an RMSNorm
     prologue (fp32, one rounding: Qwen3.5's) at the rule's warps and twice them: what the prologue costs in
-    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100); then the K loop unrolled
-    (`fused_gemv(unroll_k=True)`, gemv_wide_ab.py's A/B), with the down projection (K = 17,408) among them. The GDN
-    in-projection also with the decode conv in its epilogue (`linear_conv`, session 48)."""
+    registers (session 46: the prologue made these GEMVs 71 -> 94 us a call on an H100)."""
     norm = dict(NORM=True, NORM_FP32=True)
     out = []
     for name, n, k, flags in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True)), ("gdn.in_proj", 16480, 5120, {}),
                               ("o/out_proj+res", 5120, 6144, dict(RESIDUAL=True))):  # fmt: skip
         rule = dc.gemv_config(n, k, 1, torch.device("cuda"), swiglu=flags.get("SWIGLU", False))[2]
         out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
-        if name == "gdn.in_proj":  # the decode step's conv in the epilogue (`linear_conv`)
-            out.append(compile_gemv(f"27b gemv {name}+conv", n, k, 1, dict(CONV_W=4, CONV_WP=4)))
         if not flags.get("RESIDUAL"):
             out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
-    # the K loop unrolled (gemv_wide_ab.py's UNROLLED, session 47): a candidate per shape, and the down projection's
-    for name, n, k, flags, (bn, bk, w) in (("gate_up+swiglu", 17408, 5120, dict(SWIGLU=True), (1, 2048, 8)),
-                                           ("gdn.in_proj", 16480, 5120, {}, (2, 2048, 8)),
-                                           ("o/out_proj", 5120, 6144, {}, (2, 2048, 8)),
-                                           ("down", 5120, 17408, {}, (1, 8192, 8)),
-                                           ("down", 5120, 17408, {}, (1, 4096, 8))):  # fmt: skip
-        out.append(compile_gemv(f"27b gemv {name} unrolled", n, k, 1, {**flags, "K_TILES": -(-k // bk)}, w, (bn, bk)))
-    out.append(compile_gemv("27b gemv down (the loop, as gemv_wide_ab's best plain config)", 5120, 17408, 1, {}, 8,
-                            (1, 8192)))  # fmt: skip
     return out
 
 
 def check_gdn_decode() -> list[str]:
-    """The GDN decode step's kernel at the Qwen3.6-27B shape (H 16, HV 48, K = V = 128, 4 warps), with and without
-    PDL where it has it (session 48's candidate, a72b101): registers, and how many of its loads come before the wait
-    (griddepcontrol.wait) that PDL adds."""
+    """The GDN decode step's kernel at the Qwen3.6-27B shape (H 16, HV 48, K = V = 128, 4 warps): registers,
+    spills and its static SASS count."""
     gd = importlib.import_module("weaver.kernels.triton.gdn_decode")
     args = dict(mixed="*bf16", b_raw="*bf16", a_raw="*bf16", z="*bf16", A_log="*fp32", dt_bias="*bf16",
                 norm_w="*bf16", state="*fp32", out="*bf16", S_MIX="i32", S_B="i32", S_A="i32", S_Z="i32",
                 scale="fp32", eps="fp32")  # fmt: skip
-    out = []
-    for pdl in (False, True) if "PDL" in gd.gdn_decode_kernel.arg_names else (None,):  # PDL: session 48's candidate
-        const = dict(H=16, HV=48, K=128, V=128, BK=128, BV=128, **({} if pdl is None else {"PDL": pdl}))
-        kern = compile_kernel(gd.gdn_decode_kernel, args, const, 4)
-        lines = sass_lines(kern)
-        wait = next((i for i, line in enumerate(lines) if "ACQBULK" in line or "griddepcontrol" in line.lower()),
-                    None)  # fmt: skip
-        before = "no wait" if wait is None else f"LDG before the wait {sum(' LDG' in x for x in lines[:wait])}"
-        out.append(report(f"gdn_decode 27B PDL={pdl} SASS={len(lines)} {before}", kern))
-    return out
+    kern = compile_kernel(gd.gdn_decode_kernel, args, dict(H=16, HV=48, K=128, V=128, BK=128, BV=128), 4)
+    return [report(f"gdn_decode 27B SASS={sass_count(kern)} {loads_before_math(kern)}", kern)]
 
 
 def check_decode() -> list[str]:
@@ -362,7 +335,7 @@ def sass_count(kern) -> int:
 def loads_before_math(kern) -> str:
     """Global loads before the first FMA / total, static instructions in program order: how many of a GEMV program's
     loads can be in flight at once. A loop's body counts once however often it runs, so a K loop that reduces each
-    tile before loading the next shows one tile's loads (e.g. 64/64) where the unrolled loop shows every tile's."""
+    tile before loading the next shows one tile's loads (e.g. 64/64), not the program's."""
     lines = sass_lines(kern)
     loads = [i for i, line in enumerate(lines) if " LDG" in line]
     first_fma = next((i for i, line in enumerate(lines) if " FFMA" in line), len(lines))
@@ -441,8 +414,8 @@ def main() -> None:
     parser.add_argument("--gemm-rows", action="store_true", help="also the verify's 16-row GEMMs (SASS counts)")
     parser.add_argument("--pool-top", action="store_true", help="also the Weaver step's scoring tail (+ push)")
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
-    parser.add_argument("--gdn-decode", action="store_true", help="also the GDN decode step's kernel (PDL)")
-    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, norm or unrolled")
+    parser.add_argument("--gdn-decode", action="store_true", help="also the GDN decode step's kernel")
+    parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, with a norm or not")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",

@@ -4,8 +4,7 @@ once a program loads long K tiles (session 44's adapter rule: whole input rows, 
 The 2026-12-03 study (`gemv_27b.py`, scale/h200_gemv) tried 10 short-tile configs (BLOCK_K <= 512) and trailed
 cuBLAS on every large shape. This sweeps BLOCK_N x BLOCK_K x warps with BLOCK_K up to 8,192 per shape. Each shape
 gets enough weight copies (>= 400 MB) that every call reads HBM, not L2, as the 64 layers of a forward do.
-Prints per shape cuBLAS and the best three configs (us per call, TB/s) and checks the best one's output. Since
-session 47 the sweep also has the K loop unrolled (UNROLLED), with --swiglu too.
+Prints per shape cuBLAS and the best three configs (us per call, TB/s) and checks the best one's output.
 
 With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
@@ -38,10 +37,6 @@ BLOCK_N = (1, 2, 4, 8)
 BLOCK_K = (512, 1024, 2048, 4096, 8192)
 WARPS = (2, 4, 8)
 MAX_PER_THREAD = 128  # weight elements a thread holds per tile
-# The K loop unrolled (`fused_gemv(unroll_k=True)`): every tile's loads in flight before the one reduction. Compiled
-# here for sm_90 (session 47) these take 32-128 registers against the long tiles' 78-165 and issue all (or nearly
-# all) of a program's loads before its first FMA; the loop of long tiles waits for each tile's reduction.
-UNROLLED = tuple((bn, bk, warps, "unrolled") for bn, bk, warps in itertools.product((1, 2), (1024, 2048, 4096), (4, 8)))
 
 
 def us_per_call(fn, calls: int, reps: int) -> float:
@@ -58,17 +53,11 @@ def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
     torch.matmul(x, w.t(), out=out)
 
 
-def per_row(config) -> dict:
-    """fused_gemv's arguments for a per-row config (BLOCK_N, BLOCK_K, warps[, "unrolled"]); None: the rule."""
-    return {"config": config and config[:3], "unroll_k": config is not None and config[3:] == ("unrolled",)}
-
-
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    """config: GemmTiles (row-tiled kernel), or (BLOCK_N, BLOCK_K, warps[, "unrolled"]) for the per-row GEMV."""
     if isinstance(config, GemmTiles):
         fused_gemv(x, w, out=out, tiles=config)
     else:
-        fused_gemv(x, w, out=out, **per_row(config))
+        fused_gemv(x, w, out=out, config=config)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -78,7 +67,7 @@ def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def triton_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    fused_gemv(x, w, out=out, swiglu=True, **per_row(config))
+    fused_gemv(x, w, out=out, config=config, swiglu=True)
 
 
 def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
@@ -90,7 +79,7 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     calls = [(x, w, torch.empty(1, n // 2, device=dev, dtype=torch.bfloat16)) for w in ws]
     base = us_per_call(partial(run, cublas_swiglu, calls), len(ws), reps)
     rows = [f"cuBLAS + torch SwiGLU {base:.1f}"]
-    for cfg in (None, (1, 8192, 4), (1, 8192, 8), (2, 8192, 8), (1, 4096, 4), (2, 4096, 8), *UNROLLED):
+    for cfg in (None, (1, 8192, 4), (1, 8192, 8), (2, 8192, 8), (1, 4096, 4), (2, 4096, 8)):
         t = us_per_call(partial(run, partial(triton_swiglu, config=cfg), calls), len(ws), reps)
         rows.append(f"{cfg or 'rule'} {t:.1f}")
     ref = torch.nn.functional.silu((x.float() @ ws[0].float().t())[:, : n // 2]) * (x.float() @ ws[0].float().t())[
@@ -111,7 +100,6 @@ def configs(k: int, rows: int):
     for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
         if bk <= max(512, 1 << (k - 1).bit_length()) and bn * bk <= MAX_PER_THREAD * 32 * warps:
             yield bn, bk, warps
-    yield from (cfg for cfg in UNROLLED if cfg[1] < k)
 
 
 def main() -> None:
@@ -126,7 +114,7 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__)
     if args.swiglu:
         return swiglu_ab(args.reps, dev, gen)
-    tiles = "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)" if args.rows > 1 else "(BLOCK_N, BLOCK_K, warps[, unrolled])"
+    tiles = "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)" if args.rows > 1 else "(BLOCK_N, BLOCK_K, warps)"
     print(f"rows {args.rows}; shape      [  out x    in]  copies | cuBLAS us (TB/s) | best configs {tiles}")
     for name in args.shapes:
         n, k = SHAPES[name]

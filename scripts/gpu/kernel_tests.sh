@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The compiled kernel tests owed on a GPU since session 45 (tree_attention refactor), 46 (4-warp GDN decode) and
-# 48 (the GDN decode conv epilogue, gdn_decode with PDL, the one-launch K/V write), into $OUT/tests.txt: -v names
-# each test as it ends, so a run cut by its timeout still says which one failed.
+# The compiled kernel tests of the 27B path's kernels (the one-row GEMV, gdn_decode, the slot ops, the split and
+# tree attention) into $OUT/tests.txt: -v names each test as it ends, so a run cut by its timeout still says which
+# one failed.
 #   bash scripts/gpu/kernel_tests.sh [SECONDS] [ROOT]   (default 150 s; ROOT: a tree with src/, tests/ and
-#   pyproject.toml, default this one; called by owed_27b.sh and ar_step_ab.sh)
+#   pyproject.toml, default this one; called by owed_27b.sh)
 set -uo pipefail
 OUT=${OUT:-/tmp/kernel_tests_out}
 mkdir -p "$OUT"

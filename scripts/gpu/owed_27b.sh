@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
 # Issue 19, one device call (~600 s of command): the GPU work owed since session 45, most needed first, each step
 # bounded so a cut call still returns what ran (every file is written under $OUT as it goes).
-#   1. tests.txt: the compiled kernel tests never finished on a GPU since session 45's tree_attention refactor and
-#      session 46's 4-warp GDN decode (sessions 46-47 were cut with one F each, its trace never printed): -v names
-#      each test as it ends, so a cut run still says which one failed;
-#   2. gemv_m1.txt: weaver's GEMV against cuBLAS at M = 1 on the 27B shapes, the long tiles (today's rule, chosen on
-#      an H100) beside the unrolled K loop (session 47, compiled here only), and gemv_swiglu.txt, the same for
-#      gate_up with SwiGLU: a win there is the next AR-step change;
+#   1. tests.txt: the compiled kernel tests (scripts/gpu/kernel_tests.sh; session 49 ran them on session 48's
+#      candidate tree, where the only failures were its conv epilogue's and a tiny hybrid model's decode test,
+#      since mended: it prefilled through fla's TF32 chunk kernel);
+#   2. gemv_m1.txt: weaver's GEMV against cuBLAS at M = 1 on the 27B shapes (today's rule was chosen on an H100),
+#      and gemv_swiglu.txt, the same for gate_up with SwiGLU: a win there is the next AR-step change;
 #   3. on an H200: profile.txt, the 27B rounds (ar / chain:16 / weaver:64) at the default capacity, the H200
 #      figures issue 19 asks for;
 #      on an H100: profile.txt at --min-capacity 32768 (ar / chain:16): session 45's slot ops and the drafter's
 #      split attention at a server's capacity, never profiled at 27B.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl; OWED_TESTS=0: no step 1)
-#   then, within the machine's 30 s warm window: scripts/gpu/ar_step_ab.sh (the model-level A/B of step 2)
 set -uo pipefail
 OUT=${OUT:-/tmp/owed_out}
 mkdir -p "$OUT"

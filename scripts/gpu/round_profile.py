@@ -164,28 +164,6 @@ def profile_method(llm, method: str, budget: int, reps: int) -> None:
             print(f"   {c:6.1f} x {t / max(c, 1):7.2f} us = {t:8.1f} us  {name}")
 
 
-# --gemv-unrolled: K (and SwiGLU) -> (BLOCK_N, BLOCK_K, warps) of the one-row GEMV with its K loop unrolled, for the
-# 27B shapes: session 47's compiled candidates (48-99 registers, every load issued before the first FMA:
-# benchmarks/results/kernels/cpu_session47_compile_check). Edit from gemv_wide_ab.py's sweep before an A/B.
-UNROLLED_RULE = {(5120, True): (1, 2048, 8), (5120, False): (2, 2048, 8), (6144, False): (2, 2048, 8),
-                 (17408, False): (1, 4096, 8)}  # fmt: skip
-
-
-def use_unrolled_gemv() -> None:
-    """The model-level A/B of `fused_gemv(unroll_k=True)`: the custom op's launcher takes UNROLLED_RULE's configs,
-    and the down projection (K = 17,408) leaves cuBLAS for the GEMV. Before the model is built or compiled."""
-    from weaver.kernels import gemv as gemv_dispatch
-    from weaver.kernels.triton import decode
-
-    gemv_dispatch.GEMV_MAX_K = max(gemv_dispatch.GEMV_MAX_K, max(k for k, _ in UNROLLED_RULE))
-
-    def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
-        config = UNROLLED_RULE.get((weight.shape[1], swiglu))
-        return decode.fused_gemv(x, weight, swiglu=swiglu, config=config, unroll_k=config is not None)
-
-    decode.gemv = gemv
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
@@ -208,24 +186,15 @@ def main() -> int:
     parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
                         help="after the specs: profile them again with the drafter restricted to this token map or "
                              "first:N, on a new engine in the same process (the draft head's A/B)")
-    parser.add_argument("--gemv-unrolled", action="store_true",
-                        help="the one-row GEMVs with their K loop unrolled (UNROLLED_RULE), the down projection among "
-                             "them: the model-level A/B of gemv_wide_ab.py's unrolled configs")
-    parser.add_argument("--inductor-pdl", action="store_true",
-                        help="inductor's own kernels (the norms, the GDN gates) launched with programmatic dependent "
-                             "launch too (torch._inductor.config.triton.enable_pdl), beside weaver's PDL kernels")
+    parser.add_argument("--no-pdl", action="store_true",
+                        help="launch without programmatic dependent launch (RuntimeOptions.pdl: weaver's kernels and "
+                             "inductor's): the PDL A/B")
     args = parser.parse_args()
-    if args.gemv_unrolled:
-        use_unrolled_gemv()
-    if args.inductor_pdl:
-        import torch._inductor.config as inductor_config
-
-        inductor_config.triton.enable_pdl = True  # before anything compiles
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
                                  drafter=None if args.drafter in NAMED else args.drafter,
                                  adapter=None if args.adapter in NAMED else args.adapter,
-                                 options=weaver.RuntimeOptions(kernels=args.kernels))  # fmt: skip
+                                 options=weaver.RuntimeOptions(kernels=args.kernels, pdl=not args.no_pdl))  # fmt: skip
     llm = attach_named(llm, args.drafter, args.adapter)  # `bench scale`'s published drafter / paper adapter
     llm.engine.min_capacity = args.min_capacity
     print(torch.cuda.get_device_name(), torch.__version__, flush=True)

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
 
 from weaver.kernels import gemv
-from weaver.kernels.triton.decode import fused_gemv, gemv_config
+from weaver.kernels.triton.decode import gemv_config
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -81,78 +81,3 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 def test_gemv_op_passes_opcheck():
     x, w = _weights(*SHAPES[0])
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
-
-
-@pytest.mark.parametrize("swiglu", [False, True])
-def test_unrolled_k_loop_matches_the_loop(swiglu):
-    """fused_gemv(unroll_k=True) (gemv_wide_ab.py's A/B: every K tile's loads before one reduction) computes what
-    the K loop does, with a last tile that is part mask."""
-    n, k = (2 * 8704, 5120) if FULL else (48, 1000)
-    x, w = _weights(n, k)
-    gen = torch.Generator().manual_seed(1)
-    residual = torch.randn(1, n // 2 if swiglu else n, generator=gen).to(DEVICE, torch.bfloat16)
-    config = (1, 2048, 8) if FULL else (16, 256, 1)
-    loop = fused_gemv(x.view(1, -1), w, residual=residual, swiglu=swiglu, config=config)
-    unrolled = fused_gemv(x.view(1, -1), w, residual=residual, swiglu=swiglu, config=config, unroll_k=True)
-    want = F.linear(x.view(1, -1).float(), w.float())
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
-    assert_close("unrolled K loop", want + residual.float(), unrolled, 2e-2)
-    assert_close("unrolled against the loop", loop.float(), unrolled, 1e-2)
-
-
-@pytest.mark.parametrize("rows", [1, 2])
-def test_conv_epilogue_matches_linear_then_conv(rows):
-    """fused_gemv's GDN decode conv (`linear_conv` at one row): outputs below C are silu(causal conv) of the
-    linear's, continuing the window, which advances in place; the others are the linear's. Against F.linear and
-    weaver.ops.conv, with C not a multiple of the tile."""
-    from weaver.ops.conv import causal_conv1d
-
-    n, k, c, w = (16480, 5120, 10240, 4) if FULL else (48, 4096, 37, 4)
-    x, weight = _weights(n, k)
-    x = x.expand(rows, 1, k).contiguous() * torch.arange(1, rows + 1, device=DEVICE, dtype=x.dtype)[:, None, None]
-    gen = torch.Generator().manual_seed(3)
-    conv_w = (torch.randn(c, w, generator=gen) * 0.5).to(DEVICE, torch.bfloat16)
-    state = torch.randn(rows, c, w - 1, generator=gen).to(DEVICE, torch.bfloat16)
-    linear = F.linear(x.float(), weight.float()).to(torch.bfloat16)
-    want_conv, want_state = causal_conv1d(linear[..., :c], conv_w, state)
-    want = torch.cat([want_conv, linear[..., c:]], dim=-1)
-    got_state = state.clone()
-    if rows == 1:
-        got = gemv.linear_conv(x, weight, conv_w, got_state, TRITON, min_bytes=0)
-    else:
-        got = fused_gemv(x.view(rows, k), weight, conv_weight=conv_w, conv_state=got_state).view(rows, 1, n)
-    assert got.shape == want.shape and got.dtype == torch.bfloat16
-    assert_close("conv outputs", want[..., :c].float(), got[..., :c].float(), 2e-2)
-    assert_close("other outputs", want[..., c:].float(), got[..., c:].float(), 2e-2)
-    assert_close("window", want_state.float(), got_state.float(), 2e-2)
-    assert torch.equal(got_state[..., :-1], state[..., 1:])  # the older columns move exactly
-
-
-def test_conv_epilogue_fallback_and_bad_state():
-    """Outside the GEMV's range `linear_conv` is F.linear and the torch conv; a conv window of the wrong shape is a
-    ValueError of the kernel's launcher."""
-    from weaver.ops.conv import causal_conv1d
-
-    x, weight = _weights(24, 64)
-    conv_w = torch.ones(8, 4, device=DEVICE, dtype=torch.bfloat16)
-    state = torch.ones(1, 8, 3, device=DEVICE, dtype=torch.bfloat16)
-    got_state = state.clone()
-    got = gemv.linear_conv(x, weight, conv_w, got_state, TRITON)
-    y = F.linear(x, weight)
-    want_conv, want_state = causal_conv1d(y[..., :8], conv_w, state)
-    assert torch.equal(got, torch.cat([want_conv, y[..., 8:]], dim=-1)) and torch.equal(got_state, want_state)
-    with pytest.raises(ValueError, match="conv_state must be"):
-        fused_gemv(x.view(1, -1), weight, conv_weight=conv_w, conv_state=state[:, :, :2].contiguous())
-    with pytest.raises(ValueError, match="the conv epilogue needs"):
-        fused_gemv(x.view(1, -1), weight, conv_weight=conv_w, conv_state=state, swiglu=True)
-    with pytest.raises(ValueError, match="an option of the per-row GEMV"):  # 16 rows take the row tiles
-        fused_gemv(x.view(1, -1).expand(16, -1), weight, conv_weight=conv_w, conv_state=state.expand(16, -1, -1))
-
-
-def test_gemv_conv_op_passes_opcheck():
-    x, weight = _weights(*SHAPES[0])
-    conv_w = torch.ones(8, 4, device=DEVICE, dtype=torch.bfloat16)
-    state = torch.ones(1, 8, 3, device=DEVICE, dtype=torch.bfloat16)
-    torch.library.opcheck(gemv.gemv_conv_op, (x.view(1, -1), weight, conv_w, state))

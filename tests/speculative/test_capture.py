@@ -188,3 +188,22 @@ def test_rounds_queued_ahead_keep_the_tokens(llm, monkeypatch, method, budget):
         out = llm.generate(prompt, method=method, budget=budget, max_new_tokens=n, ignore_eos=True)
         assert out.token_ids == tokens and len(tokens) == n
         assert max(most) == (2 if n >= 33 else 1)  # ahead only while 2 x 16 tokens are still wanted
+
+
+@pytest.mark.parametrize("pdl", [True, False])
+def test_compiled_stages_take_pdl_from_the_options(monkeypatch, pdl):
+    """RuntimeOptions.pdl reaches inductor as `triton.enable_pdl` (its own kernels with PDL on Hopper), a key
+    torch.compile accepts: an unknown one would fail only at the first compiled call, on the GPU."""
+    seen = []
+    real_compile = torch.compile
+
+    def recording_compile(fn, **kwargs):
+        seen.append(kwargs["options"])
+        return real_compile(fn, **kwargs)
+
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    stages = Stages(*(functools.partial(lambda name, x: x + len(name), n) for n in STAGES))
+    compiled = capture.compile_stages(stages, ("draft", "verify"), pdl=pdl)
+    assert seen == [{"triton.enable_pdl": pdl}] * 2
+    assert float(compiled.draft(torch.zeros(2))[0]) == len("draft")  # compiles on CPU with the option
+    assert capture.compile_fallbacks(compiled) == {}

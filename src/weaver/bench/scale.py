@@ -259,7 +259,7 @@ def verify_row(llm, kind: str, n: int, context: int, compiled: bool = True) -> d
         if compiled and "verify" in llm.engine.compiled_stage_names(cfg):
             from weaver.speculative.capture import compile_stages
 
-            stages = compile_stages(stages, ("verify",))
+            stages = compile_stages(stages, ("verify",), pdl=llm.engine.options.pdl)
     cache = llm.engine.cache_for(context + n + 2)
     llm.model(torch.arange(context, device=dev)[None] % vocab, cache, last_only=True)
     state = RoundState(cache=cache, root=tree.tokens[:, 0])

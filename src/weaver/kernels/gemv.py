@@ -2,14 +2,11 @@
 
     y = linear(x, weight, options)                 # = F.linear(x, weight)
     h = linear(x, gate_up, options, swiglu=True)   # = silu(gate) * up of the [gate; up] rows
-    y = linear_conv(x, in_proj, conv_weight, conv_state, options)  # a GDN decode step's in-projection + conv
 
 At one row a projection is a weight read. With whole input rows per tile (BLOCK_K up to 8,192) every program
 has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.6-27B shape with K <= 8,192
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
-24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue, and
-`linear_conv` runs a GDN decode step's short conv there too (three inductor kernels a layer fewer; the model uses it
-once a GPU has timed it: docs/performance.md, session 48).
+24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
@@ -21,10 +18,9 @@ import torch
 import torch.nn.functional as F
 
 from weaver.kernels.dispatch import launch, use_kernel
-from weaver.ops.conv import causal_conv1d
 from weaver.options import RuntimeOptions
 
-__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_conv_op", "gemv_op", "linear", "linear_conv", "project"]
+__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
@@ -43,21 +39,6 @@ def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor
 def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
-
-
-@torch.library.custom_op("weaver::gemv_conv", mutates_args=("conv_state",))
-def gemv_conv_op(
-    x: torch.Tensor, weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor
-) -> torch.Tensor:
-    """`weaver.kernels.triton.decode.gemv_conv` as a custom op: x [1, K] -> [1, N], the conv window advanced."""
-    from weaver.kernels.triton.decode import gemv_conv
-
-    return gemv_conv(x, weight, conv_weight, conv_state)
-
-
-@gemv_conv_op.register_fake
-def _gemv_conv_fake(x: torch.Tensor, weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor):
-    return x.new_empty(x.shape[0], weight.shape[0])
 
 
 def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
@@ -91,28 +72,6 @@ def linear(
         return y
     gate, up = y.chunk(2, dim=-1)
     return F.silu(gate) * up
-
-
-def linear_conv(
-    x: torch.Tensor,  # [B, 1, K]: one token
-    weight: torch.Tensor,  # [N, K]: outputs 0 .. C-1 are the conv's raw inputs (a GDN layer's q | k | v)
-    conv_weight: torch.Tensor,  # [C, W]
-    conv_state: torch.Tensor,  # [B, C, W-1]: the last W-1 raw inputs, oldest first; advanced in place
-    options: RuntimeOptions,
-    min_bytes: int | None = None,  # None: GEMV_MIN_BYTES, read at the call
-) -> torch.Tensor:
-    """x @ weight^T with silu(causal conv) of its first C outputs, one decode step (`weaver.ops.conv`): one GEMV
-    launch for one row of a large weight, else F.linear and the torch conv."""
-    min_bytes = GEMV_MIN_BYTES if min_bytes is None else min_bytes
-    if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight, conv_state):
-        out = launch(gemv_conv_op, "weaver.kernels.triton.decode", "gemv_conv", x.reshape(1, -1), weight,
-                     conv_weight, conv_state)  # fmt: skip
-        return out.view(*x.shape[:-1], out.shape[-1])
-    y = F.linear(x, weight)
-    c = conv_weight.shape[0]
-    conv_out, new_state = causal_conv1d(y[..., :c], conv_weight, conv_state)
-    conv_state.copy_(new_state)
-    return torch.cat([conv_out, y[..., c:]], dim=-1)
 
 
 def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:

@@ -15,14 +15,10 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["move_slots", "write_slots", "write_slots_ref"]
+__all__ = ["move_slots", "write_slots"]
 
 
-def write_slots_ref(
-    cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-) -> None:
-    """The torch write (two scatters), and the reference of `weaver.kernels.triton.kv_write` (one launch for K
-    and V; not wired in until a GPU run has timed it: docs/performance.md, session 48)."""
+def _write(cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     index = slots.view(slots.shape[0], *[1] * (k.dim() - 3), slots.shape[1], 1).expand_as(k)
     cache_k.scatter_(k.dim() - 2, index, k.to(cache_k.dtype))
     cache_v.scatter_(k.dim() - 2, index, v.to(cache_v.dtype))
@@ -33,7 +29,7 @@ def write_slots_op(
     cache_k: torch.Tensor, cache_v: torch.Tensor, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 ) -> None:
     """`write_slots` as one opaque op (what a torch.compile'd forward calls)."""
-    write_slots_ref(cache_k, cache_v, slots, k, v)
+    _write(cache_k, cache_v, slots, k, v)
 
 
 @write_slots_op.register_fake
@@ -48,7 +44,7 @@ def write_slots(
     if torch.compiler.is_compiling():
         write_slots_op(cache_k, cache_v, slots, k, v)
     else:
-        write_slots_ref(cache_k, cache_v, slots, k, v)
+        _write(cache_k, cache_v, slots, k, v)
 
 
 def _move(big_k: torch.Tensor, big_v: torch.Tensor, src_slots: torch.Tensor, dst_slots: torch.Tensor):

@@ -69,9 +69,11 @@ class _CompiledOrEager:
     """A stage compiled on first call (static shapes); if the compiler fails, warn once and run the eager stage
     from then on (the error stays in `error`, for `compile_fallbacks`)."""
 
-    def __init__(self, name: str, fn: Callable, fullgraph: bool) -> None:
+    def __init__(self, name: str, fn: Callable, fullgraph: bool, pdl: bool) -> None:
         self.name, self.eager = name, fn
-        self.fn = torch.compile(own_code(fn), dynamic=False, fullgraph=fullgraph)
+        # pdl: inductor's kernels launched with programmatic dependent launch too (Hopper and later; elsewhere
+        # inductor leaves it off), so the norms between two GEMVs let the next one's weight prefetch start
+        self.fn = torch.compile(own_code(fn), dynamic=False, fullgraph=fullgraph, options={"triton.enable_pdl": pdl})
         self.compiled = True
         self.error: str | None = None
 
@@ -94,9 +96,12 @@ def compile_fallbacks(stages: Stages) -> dict[str, str]:
     return {s.name: s.error or "" for s in found if isinstance(s, _CompiledOrEager) and not s.compiled}
 
 
-def compile_stages(stages: Stages, names: tuple[str, ...], fullgraph: bool = False) -> Stages:
-    """`stages` with the named ones torch.compile'd (each on its own code object; eager if compiling fails)."""
-    return stages.replace(**{name: _CompiledOrEager(name, getattr(stages, name), fullgraph) for name in names})
+def compile_stages(stages: Stages, names: tuple[str, ...], fullgraph: bool = False, pdl: bool = True) -> Stages:
+    """`stages` with the named ones torch.compile'd (each on its own code object; eager if compiling fails), their
+    kernels launched with PDL where `pdl` (RuntimeOptions.pdl; session 49: -0.18 to -0.21 ms of the 27B AR step on
+    an H100, docs/performance.md)."""
+    compiled = {name: _CompiledOrEager(name, getattr(stages, name), fullgraph, pdl) for name in names}
+    return stages.replace(**compiled)
 
 
 class RoundGraph:

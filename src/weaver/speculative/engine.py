@@ -320,7 +320,8 @@ class _Runner:
         """Compile and capture this configuration's round over a real state (then reset for this prompt)."""
         engine = self.engine
         state = self._prefill(None)
-        stages = compile_stages(engine.stages_for(self.cfg, None), engine.compiled_stage_names(self.cfg))
+        stages = compile_stages(engine.stages_for(self.cfg, None), engine.compiled_stage_names(self.cfg),
+                                pdl=engine.options.pdl)
         captured = RoundGraph(stages, state) if mode == "round" or self.ar else StageGraphs(stages, state)
         for name, error in compile_fallbacks(stages).items():
             engine.compile_fallbacks[f"{self.cfg.method}/{self.cfg.budget} {name}"] = error

@@ -76,39 +76,6 @@ def tree_conv1d_kernel(
 
 
 @triton.jit
-def decode_conv_window(conv_w, state, o_m, m_ok, o_n, N_CONV, W: tl.constexpr, WP: tl.constexpr):
-    """A decode step's conv inputs for rows o_m x channels o_n (a GEMV epilogue's tile; channels from N_CONV
-    on are not convolved): the window's pointers and values [BM, BN, WP] (state columns 0..W-2, oldest first), the
-    window one column on [BM, BN, WP] (what stays in it after the step), the taps [BN, WP] and the convolved tile
-    mask [BM, BN]."""
-    S: tl.constexpr = W - 1
-    o_j = tl.arange(0, WP)
-    c_ok = m_ok[:, None] & (o_n < N_CONV)[None, :]
-    p_s = state + (o_m[:, None, None] * N_CONV + o_n[None, :, None]) * S + o_j[None, None, :]
-    win = tl.load(p_s, mask=c_ok[:, :, None] & (o_j < S)[None, None, :], other=0).to(tl.float32)
-    kept = tl.load(p_s + 1, mask=c_ok[:, :, None] & (o_j < S - 1)[None, None, :], other=0)
-    taps = tl.load(conv_w + o_n[:, None] * W + o_j[None, :], mask=(o_n < N_CONV)[:, None] & (o_j < W)[None, :],
-                   other=0).to(tl.float32)  # fmt: skip
-    return p_s, win, kept, taps, c_ok
-
-
-@triton.jit
-def decode_conv_step(x_new, p_s, win, kept, taps, c_ok, W: tl.constexpr, WP: tl.constexpr):
-    """silu(conv) of the step's raw inputs x_new [BM, BN] (fp32 holding model-dtype values) where c_ok, x_new
-    elsewhere; the window at p_s (`decode_conv_window`) advances in place. The taps sum newest first, as
-    tree_conv1d_kernel."""
-    S: tl.constexpr = W - 1
-    o_j = tl.arange(0, WP)
-    acc = x_new * tl.sum(tl.where(o_j == S, taps, 0.0), axis=1)[None, :]
-    for s in tl.static_range(1, W):  # column S - s of the window: exact extraction (the other terms are zeros)
-        col = tl.sum(tl.where((o_j == S - s)[None, None, :], win, 0.0), axis=2)
-        acc += col * tl.sum(tl.where(o_j == S - s, taps, 0.0), axis=1)[None, :]
-    new = tl.where((o_j == S - 1)[None, None, :], x_new[:, :, None].to(kept.dtype), kept)
-    tl.store(p_s, new, mask=c_ok[:, :, None] & (o_j < S)[None, None, :])
-    return tl.where(c_ok, acc / (1.0 + tl.exp(-acc)), x_new)
-
-
-@triton.jit
 def conv_state_commit_kernel(
     x, path, state, out, B, N, C, P, stride_sl, S: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr,
     BP: tl.constexpr, IN_PLACE: tl.constexpr,

@@ -29,7 +29,6 @@ from weaver.kernels.triton._utils import (
     prefetch_prefix,
     prefetch_rows,
 )
-from weaver.kernels.triton.conv import decode_conv_step, decode_conv_window
 
 
 def gemv_config(
@@ -106,14 +105,13 @@ def _round(x, DTYPE: tl.constexpr):
 
 @triton.jit
 def _gemv_kernel(
-    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, bias_ptr, norm_bias_ptr, conv_w_ptr, conv_state_ptr,
-    M, K, N_OUT, HALF, eps, N_CONV,
+    x_ptr, w_ptr, norm_ptr, res_ptr, out_ptr, bias_ptr, norm_bias_ptr,
+    M, K, N_OUT, HALF, eps,
     stride_xm, stride_wn, stride_rm, stride_om,
     NORM: tl.constexpr, SWIGLU: tl.constexpr, RESIDUAL: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NORM_FP32: tl.constexpr = False, NORM_BIAS: tl.constexpr = False, BIAS: tl.constexpr = False,
     GELU: tl.constexpr = False, PDL: tl.constexpr = False, K_LINES: tl.constexpr = 1, BLOCK_M: tl.constexpr = 1,
-    K_TILES: tl.constexpr = 0, CONV_W: tl.constexpr = 0, CONV_WP: tl.constexpr = 1,
 ):
     """BLOCK_M input rows x BLOCK_N outputs a program: each weight tile is read once for the program's rows (the
     decode step: one row; a Weaver adapter step: its few node rows, whose weights pass L2 at the paper's width)."""
@@ -130,31 +128,12 @@ def _gemv_kernel(
         pdl_wait()
     cols0 = tl.arange(0, BLOCK_K)
     p_x = x_ptr + o_m[:, None] * stride_xm  # [BLOCK_M, 1]
-    if CONV_W > 0:  # a GDN decode step's conv window and taps, loaded here: in flight beside the weight tiles
-        p_win, win, kept, taps, c_ok = decode_conv_window(conv_w_ptr, conv_state_ptr, o_m, m_ok, o_n, N_CONV,
-                                                          CONV_W, CONV_WP)
     rstd = tl.full([BLOCK_M], 1.0, dtype=tl.float32)
     if NORM:  # RMSNorm statistics of the whole input rows, recomputed by every program
         rstd = rows_rstd(p_x, m_ok, K, eps, BLOCK_M, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if K_TILES > 0:  # the K loop unrolled: every tile's loads in flight at once, one reduction at the end (no NORM)
-        part = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
-        part_up = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], dtype=tl.float32)
-        for t in tl.static_range(K_TILES):
-            cols = t * BLOCK_K + cols0
-            col_ok = cols < K
-            xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
-            tile = n_ok[:, None] & col_ok[None, :]
-            w = tl.load(w_ptr + o_n[:, None] * stride_wn + cols[None, :], mask=tile, other=0.0).to(tl.float32)
-            part += w[None, :, :] * xk[:, None, :]
-            if SWIGLU:
-                w_up = tl.load(w_ptr + (o_n[:, None] + HALF) * stride_wn + cols[None, :], mask=tile, other=0.0)
-                part_up += w_up.to(tl.float32)[None, :, :] * xk[:, None, :]
-        acc = tl.sum(part, axis=2)
-        if SWIGLU:
-            acc_up = tl.sum(part_up, axis=2)
-    for k0 in range(0, K if K_TILES == 0 else 0, BLOCK_K):
+    for k0 in range(0, K, BLOCK_K):
         cols = k0 + cols0
         col_ok = cols < K
         xk = tl.load(p_x + cols[None, :], mask=m_ok[:, None] & col_ok[None, :], other=0.0).to(tl.float32)
@@ -186,8 +165,6 @@ def _gemv_kernel(
     if GELU:  # exact (erf) GELU of the rounded linear output
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
     out_tile = m_ok[:, None] & n_ok[None, :]
-    if CONV_W > 0:  # outputs below N_CONV are the raw conv inputs: silu(conv) of them instead (window advanced)
-        y = decode_conv_step(_round(y, dtype), p_win, win, kept, taps, c_ok, CONV_W, CONV_WP)
     if RESIDUAL:
         r = tl.load(res_ptr + o_m[:, None] * stride_rm + o_n[None, :], mask=out_tile, other=0.0).to(tl.float32)
         y = _round(y, dtype) + r
@@ -214,13 +191,10 @@ def fused_gemv(
     bias: torch.Tensor | None = None,  # [N]: nn.Linear's bias (with swiglu: [gate; up], 2 N_out)
     gelu: bool = False,  # exact GELU after the (biased) linear
     out: torch.Tensor | None = None,  # [M, N_out] to write into (e.g. a column slice of a wider buffer)
-    unroll_k: bool = False,  # the per-row GEMV's K loop unrolled (no norm): an A/B of gemv_wide_ab.py, not a rule yet
-    conv_weight: torch.Tensor | None = None,  # [C, W]: a GDN decode step's conv of outputs 0 .. C-1 (epilogue)
-    conv_state: torch.Tensor | None = None,  # [M, C, W-1] its window (raw inputs, oldest first), advanced in place
 ) -> torch.Tensor:
     """[RMSNorm ->] x @ W^T [+ bias] [-> GELU | silu(gate) * up] [-> + residual]: one launch (see
     fused_gemv_ref; the adapter's options, norm_fp32 / norm_bias / bias / gelu, only on the per-row GEMV, where
-    bias also goes with swiglu; so is the GDN decode conv of conv_weight / conv_state, `gemv.linear_conv`).
+    bias also goes with swiglu).
 
     Below ROW_TILE_MIN_M rows each program reads its weight tile for block_m rows (the tuned decode GEMV: one);
     from there on a program takes BLOCK_M rows and multiplies them with one read of its weight tile.
@@ -261,8 +235,6 @@ def fused_gemv(
         row_tiles = not adapter_opts and (
             norm_out is not None or tiles is not None or (config is None and m >= ROW_TILE_MIN_M)
         )
-    if row_tiles and (conv_weight is not None or conv_state is not None):
-        raise ValueError("the conv epilogue is an option of the per-row GEMV (under ROW_TILE_MIN_M rows, no tiles)")
     if row_tiles:
         if tiles is None:
             tiles = row_tiles_for(x, n_out, out.dtype, norm_weight is not None, swiglu, residual is not None,
@@ -273,50 +245,23 @@ def fused_gemv(
     if norm_out is not None:
         raise ValueError("norm_out needs the row-tiled kernel (row_tiles=None or True)")
     block_n, block_k, warps = config or gemv_config(n_out, k, m, x.device, block_m, swiglu)
-    if unroll_k and norm_weight is not None:
-        raise ValueError("unroll_k: the unrolled K loop has no norm prologue")
-    conv_w = _check_decode_conv(conv_weight, conv_state, m, n_out, out.dtype, swiglu or residual is not None or gelu)
     grid = (triton.cdiv(n_out, block_n), triton.cdiv(m, block_m))
     _gemv_kernel[grid](
         x, weight, norm_weight if norm_weight is not None else x, residual if residual is not None else out, out,
         bias if bias is not None else out, norm_bias if norm_bias is not None else out,
-        conv_weight if conv_w else out, conv_state if conv_w else out,
-        m, k, n_out, n_out, eps, conv_weight.shape[0] if conv_w else 0,
+        m, k, n_out, n_out, eps,
         x.stride(0), weight.stride(0), residual.stride(0) if residual is not None else 0, out.stride(0),
         NORM=norm_weight is not None, SWIGLU=swiglu, RESIDUAL=residual is not None,
         BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         NORM_FP32=norm_fp32, NORM_BIAS=norm_bias is not None, BIAS=bias is not None, GELU=gelu, BLOCK_M=block_m,
-        K_TILES=triton.cdiv(k, block_k) if unroll_k else 0, CONV_W=conv_w, CONV_WP=triton.next_power_of_2(conv_w),
         **pdl_gemm_options(x.device, k, weight.element_size()),
     )
     return out
 
 
-def _check_decode_conv(conv_weight, conv_state, m: int, n_out: int, dtype: torch.dtype, other_epilogue: bool) -> int:
-    """The conv epilogue's width W (0 without one), after checking its tensors against the GEMV's output."""
-    if conv_weight is None and conv_state is None:
-        return 0
-    if conv_weight is None or conv_state is None or other_epilogue:
-        raise ValueError("the conv epilogue needs conv_weight and conv_state, and no swiglu, residual or gelu")
-    c, w = conv_weight.shape
-    if not conv_weight.is_contiguous() or c > n_out or w < 2:
-        raise ValueError(f"conv_weight must be a contiguous [C, W] with C <= {n_out}, W >= 2, got "
-                         f"{tuple(conv_weight.shape)}")
-    if conv_state.shape != (m, c, w - 1) or not conv_state.is_contiguous() or conv_state.dtype != dtype:
-        raise ValueError(f"conv_state must be a contiguous [{m}, {c}, {w - 1}] {dtype}, got "
-                         f"{tuple(conv_state.shape)} {conv_state.dtype}")
-    check_device(conv_weight, conv_state)
-    return w
-
-
 def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
     """`fused_gemv(x, weight, swiglu=swiglu)`: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
     return fused_gemv(x, weight, swiglu=swiglu)
-
-
-def gemv_conv(x: torch.Tensor, weight: torch.Tensor, conv_weight: torch.Tensor, conv_state: torch.Tensor):
-    """`fused_gemv` with the GDN decode conv epilogue: the launcher of the custom op `weaver::gemv_conv`."""
-    return fused_gemv(x, weight, conv_weight=conv_weight, conv_state=conv_state)
 
 
 @triton.jit
