@@ -164,6 +164,17 @@ def profile_method(llm, method: str, budget: int, reps: int) -> None:
             print(f"   {c:6.1f} x {t / max(c, 1):7.2f} us = {t:8.1f} us  {name}")
 
 
+def without_inductor_pdl() -> None:
+    """torch.compile with inductor's `triton.enable_pdl` off whatever RuntimeOptions.pdl says (weaver's own kernels
+    keep PDL): the A/B of session 49's `compile_stages(pdl=)`. Before anything compiles."""
+    real_compile = torch.compile
+
+    def compile_without(fn, **kwargs):
+        return real_compile(fn, **{**kwargs, "options": {**kwargs.get("options", {}), "triton.enable_pdl": False}})
+
+    torch.compile = compile_without
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
@@ -189,7 +200,11 @@ def main() -> int:
     parser.add_argument("--no-pdl", action="store_true",
                         help="launch without programmatic dependent launch (RuntimeOptions.pdl: weaver's kernels and "
                              "inductor's): the PDL A/B")
+    parser.add_argument("--no-inductor-pdl", action="store_true",
+                        help="inductor's kernels without PDL, weaver's with it: session 49's change alone, the A/B")
     args = parser.parse_args()
+    if args.no_inductor_pdl:
+        without_inductor_pdl()
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
                                  drafter=None if args.drafter in NAMED else args.drafter,
