@@ -11,20 +11,18 @@
 #      on an H100: profile.txt at --min-capacity 32768 (ar / chain:16): session 45's slot ops and the drafter's
 #      split attention at a server's capacity, never profiled at 27B.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl; OWED_TESTS=0: no step 1)
-set -uo pipefail
 OUT=${OUT:-/tmp/owed_out}
-mkdir -p "$OUT"
-drop='UserWarning\|originates from\|^  File \|^$\|warn_once\|_warn_once\|return _triton'
+source scripts/gpu/common.sh
 [ "${OWED_TESTS:-150}" = 0 ] || bash scripts/gpu/kernel_tests.sh "${OWED_TESTS:-150}"
 timeout "${OWED_GEMV:-130}" python3 scripts/gpu/gemv_wide_ab.py > "$OUT/gemv_m1.txt" 2>&1
 timeout "${OWED_SWIGLU:-50}" python3 scripts/gpu/gemv_wide_ab.py --swiglu > "$OUT/gemv_swiglu.txt" 2>&1
 profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 14"
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "specs: ar chain:16 weaver:64" > "$OUT/profile.txt"
-  timeout "${OWED_PROFILE:-250}" python3 $profile --specs ar chain:16 weaver:64 2>&1 | grep -v "$drop" >> "$OUT/profile.txt"
+  timeout "${OWED_PROFILE:-250}" python3 $profile --specs ar chain:16 weaver:64 2>&1 | filter >> "$OUT/profile.txt"
 else
   echo "specs: ar chain:16 --min-capacity 32768" > "$OUT/profile.txt"
-  timeout "${OWED_PROFILE:-220}" python3 $profile --specs ar chain:16 --min-capacity 32768 2>&1 | grep -v "$drop" \
+  timeout "${OWED_PROFILE:-220}" python3 $profile --specs ar chain:16 --min-capacity 32768 2>&1 | filter \
     >> "$OUT/profile.txt"
 fi
 grep "ar step\|^verify\|^ROUND\|^draft\|^commit\|^build" "$OUT/profile.txt"

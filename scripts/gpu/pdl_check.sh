@@ -11,22 +11,20 @@
 #   3. on an H200 only: profile_27b.txt, the 27B rounds (ar / chain:16 / weaver:64) with 64 greedy tokens against ar:
 #      issue 19's figures.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/pdl_check.sh     (carry .whl)
-set -uo pipefail
 OUT=${OUT:-/tmp/pdl_out}
-mkdir -p "$OUT"
-drop='UserWarning\|originates from\|^  File \|^$\|warn_once\|_warn_once\|return _triton'
+source scripts/gpu/common.sh
 nvidia-smi --query-gpu=name --format=csv,noheader | tee "$OUT/tests.txt"
 timeout "${PDL_TESTS:-170}" python3 -m pytest --triton-full -v -rf --tb=short -p no:cacheprovider -n 16 \
   tests/speculative/test_engine_lossless.py tests/speculative/test_compiled_verify.py tests/kernels/test_gdn_decode.py \
   -k "cuda or compiled or decode" >> "$OUT/tests.txt" 2>&1
 grep -E "FAILED|ERROR|passed|failed" "$OUT/tests.txt" | tail -8
 profile="scripts/gpu/round_profile.py --reps 20 --top 10"
-timeout "${PDL_SMALL:-90}" python3 $profile --specs ar chain:16 weaver:64 2>&1 | grep -v "$drop" > "$OUT/profile_135m.txt"
-timeout "${PDL_SMALL:-90}" python3 $profile --specs ar chain:16 weaver:64 --no-inductor-pdl 2>&1 | grep -v "$drop" \
+timeout "${PDL_SMALL:-90}" python3 $profile --specs ar chain:16 weaver:64 2>&1 | filter > "$OUT/profile_135m.txt"
+timeout "${PDL_SMALL:-90}" python3 $profile --specs ar chain:16 weaver:64 --no-inductor-pdl 2>&1 | filter \
   > "$OUT/profile_135m_no_inductor_pdl.txt"
 grep -H "^ar step\|^ROUND\|round " "$OUT"/profile_135m*.txt
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   timeout "${PDL_27B:-220}" python3 $profile --model qwen3.6-27b-shape --drafter published --adapter paper \
-    --specs ar chain:16 weaver:64 --equal-tokens 64 2>&1 | grep -v "$drop" > "$OUT/profile_27b.txt"
+    --specs ar chain:16 weaver:64 --equal-tokens 64 2>&1 | filter > "$OUT/profile_27b.txt"
   grep "ar step\|^verify\|^ROUND\|^draft\|^commit\|^build\|match" "$OUT/profile_27b.txt"
 fi
