@@ -2,7 +2,7 @@
 # The compiled kernel tests of the 27B path's kernels (the one-row GEMV, gdn_decode, the slot ops, the split and
 # tree attention) into $OUT/tests.txt: -v names each test as it ends, so a run cut by its timeout still says which
 # one failed.
-#   bash scripts/gpu/kernel_tests.sh [SECONDS]   (default 150 s; called by owed_27b.sh)
+#   bash scripts/gpu/kernel_tests.sh [SECONDS]   (default 150 s)
 set -uo pipefail
 OUT=${OUT:-/tmp/kernel_tests_out}
 mkdir -p "$OUT"

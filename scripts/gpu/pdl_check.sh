@@ -2,7 +2,7 @@
 # Session 49 put inductor's kernels under RuntimeOptions.pdl (`compile_stages` passes torch.compile
 # options={"triton.enable_pdl": pdl}); it was measured on the 27B AR step only (H100: -0.18 to -0.21 ms, the same 32
 # tokens). One device call (~560 s of command on a fresh machine), most needed first, each step bounded so a cut
-# call still returns what ran:
+# call still returns what ran (session 50 ran it on an H100: benchmarks/results/scale/h100_session50, call 2):
 #   1. tests.txt: the GPU lossless suite with it on: test_engine_lossless's CUDA cases (captured and compiled rounds
 #      of tiny llama and tiny qwen3_5, chain / ddtree / weaver: greedy output = ar), test_compiled_verify, and the
 #      compiled test_gdn_decode (its tiny-hybrid decode test mended in session 49, never yet run on a GPU);
