@@ -4,7 +4,8 @@ once a program loads long K tiles (session 44's adapter rule: whole input rows, 
 The 2026-12-03 study (`gemv_27b.py`, scale/h200_gemv) tried 10 short-tile configs (BLOCK_K <= 512) and trailed
 cuBLAS on every large shape. This sweeps BLOCK_N x BLOCK_K x warps with BLOCK_K up to 8,192 per shape. Each shape
 gets enough weight copies (>= 400 MB) that every call reads HBM, not L2, as the 64 layers of a forward do.
-Prints per shape cuBLAS and the best three configs (us per call, TB/s) and checks the best one's output.
+Prints per shape cuBLAS and the best three configs (us per call, TB/s), checks the best one's output, and times
+the same torch.matmul with cuBLASLt as torch's preferred BLAS.
 
 With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
@@ -60,6 +61,17 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> 
         fused_gemv(x, w, out=out, tiles=config)
     else:
         fused_gemv(x, w, out=out, config=config)
+
+
+def cublaslt_us(fn, calls: int, reps: int) -> float:
+    """us_per_call of a torch.matmul list with cuBLASLt as torch's preferred BLAS (then back to the default): at a
+    verify's rows torch's default library may not pick the best skinny-M kernel."""
+    default = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        return us_per_call(fn, calls, reps)
+    finally:
+        torch.backends.cuda.preferred_blas_library(default)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -130,6 +142,7 @@ def main() -> None:
         calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
+        lt = cublaslt_us(partial(run, cublas, calls), copies, args.reps)
         results = []
         for cfg in configs(k, args.rows):
             try:
@@ -146,7 +159,7 @@ def main() -> None:
         err = ((got - ref).abs().max() / ref.abs().max()).item()
         tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {tuple(c)}" for t, c in results[:3])
         print(f"{name:20s} [{n:6d} x {k:5d}] {copies:6d} | {base:7.1f} ({mb / base:.2f}) | {tops} | "
-              f"best/cuBLAS {results[0][0] / base:.3f}, rel err {err:.1e}", flush=True)
+              f"best/cuBLAS {results[0][0] / base:.3f}, rel err {err:.1e} | cuBLASLt {lt:.1f}", flush=True)
 
 
 if __name__ == "__main__":
