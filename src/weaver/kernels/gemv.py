@@ -8,8 +8,10 @@ has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
 24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
-own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
-torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
+own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. A few rows of the
+same weights (2 to SKINNY_MAX_ROWS) may take the skinny GEMM (`triton.skinny`), off until measured. Under
+torch.compile the kernels are the custom ops `weaver::gemv` and `weaver::skinny_gemm`; this module imports
+without triton.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import torch.nn.functional as F
 from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
-__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
+__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "SKINNY_MAX_ROWS", "gemv_op", "linear", "project", "skinny_op"]
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
+# Input rows from 2 up to this take weaver's skinny GEMM (`triton.skinny`: a verify's 17 / 65, a draft's 16) for
+# the weights the GEMV would take at one row, any K: 0 (never) until a GPU measures it faster than cuBLAS
+# (session 50 built it; scripts/gpu/skinny_gemm_ab.py sweeps it, round_profile.py --skinny-gemm is the A/B)
+SKINNY_MAX_ROWS = 0
 
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
@@ -41,18 +47,41 @@ def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Ten
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
 
-def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
-    """One input row, a large 16-bit weight of rows no longer than GEMV_MAX_K, laid out as the kernel reads it."""
-    k = weight.shape[-1]
+@torch.library.custom_op("weaver::skinny_gemm", mutates_args=())
+def skinny_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    """`weaver.kernels.triton.skinny.skinny_gemm` as a custom op: x [M, K] -> [M, N] ([M, N / 2] with swiglu)."""
+    from weaver.kernels.triton.skinny import skinny_gemm
+
+    return skinny_gemm(x, weight, swiglu)
+
+
+@skinny_op.register_fake
+def _skinny_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    n = weight.shape[0]
+    return x.new_empty(x.shape[0], n // 2 if swiglu else n)
+
+
+def _large_16bit(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
+    """A 16-bit weight of at least min_bytes, laid out as the kernels read it, in x's dtype and width."""
     return (
-        x.numel() == k
+        x.shape[-1] == weight.shape[-1]
         and x.dtype == weight.dtype
         and weight.dtype in (torch.bfloat16, torch.float16)
         and weight.dim() == 2
         and weight.is_contiguous()
-        and GEMV_MIN_K <= k <= GEMV_MAX_K
+        and weight.shape[-1] >= GEMV_MIN_K
         and weight.numel() * weight.element_size() >= min_bytes
     )
+
+
+def _takes_skinny(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
+    """2 to SKINNY_MAX_ROWS input rows of a large 16-bit weight."""
+    return 2 <= x.numel() // max(x.shape[-1], 1) <= SKINNY_MAX_ROWS and _large_16bit(x, weight, min_bytes)
+
+
+def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
+    """One input row, a large 16-bit weight of rows no longer than GEMV_MAX_K, laid out as the kernel reads it."""
+    return x.numel() == weight.shape[-1] <= GEMV_MAX_K and _large_16bit(x, weight, min_bytes)
 
 
 def linear(
@@ -66,6 +95,10 @@ def linear(
     if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
+        return out.view(*x.shape[:-1], out.shape[-1])
+    if _takes_skinny(x, weight, min_bytes) and use_kernel(options, x, weight):
+        rows = x.reshape(-1, x.shape[-1])
+        out = launch(skinny_op, "weaver.kernels.triton.skinny", "skinny_gemm", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
     y = F.linear(x, weight)
     if not swiglu:

@@ -1,0 +1,115 @@
+"""weaver's skinny GEMM (`weaver.kernels.triton.skinny`: a few input rows, the weight rows as the MMA's M) against
+F.linear, and its place in `weaver.kernels.gemv.linear` (off until SKINNY_MAX_ROWS allows it)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before triton loads
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from weaver.kernels import gemv
+from weaver.kernels.triton.skinny import SkinnyTiles, skinny_config, skinny_gemm
+from weaver.options import RuntimeOptions
+from weaver.testing import assert_close
+
+TRITON = RuntimeOptions(kernels="triton")
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2}
+
+
+def _inputs(m: int, n: int, k: int, dtype: torch.dtype, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=gen).to(DEVICE, dtype)
+    w = (torch.randn(n, k, generator=gen) * k**-0.5).to(DEVICE, dtype)
+    return x, w
+
+
+def _reference(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    y = F.linear(x.float(), w.float())
+    if not swiglu:
+        return y
+    gate, up = y.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
+@settings(max_examples=6 if FULL else 12, deadline=None)
+@given(
+    m=st.sampled_from([2, 16, 17, 65]) if FULL else st.integers(1, 20),
+    nk=st.sampled_from([(5120, 17408), (34816, 5120)]) if FULL else st.sampled_from([(64, 96), (100, 200), (48, 64)]),
+    tiles=st.sampled_from([None, SkinnyTiles(64, 64, 4, 3, 2), SkinnyTiles(128, 128, 4, 4, 1)])
+    if FULL else st.sampled_from([None, SkinnyTiles(16, 32, 1, 1, 3), SkinnyTiles(64, 16, 1, 1, 1)]),
+    swiglu=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 10_000),
+)
+def test_skinny_gemm_matches_f_linear(m, nk, tiles, swiglu, dtype, seed):
+    """Every row count, ragged N and K, K splits (ignored with swiglu), in fp32 and bf16."""
+    x, w = _inputs(m, *nk, dtype, seed)
+    got = skinny_gemm(x, w, swiglu, tiles)
+    assert got.dtype == dtype and got.shape == (m, nk[0] // 2 if swiglu else nk[0])
+    assert_close("skinny_gemm", _reference(x, w, swiglu), got, TOL[dtype])
+
+
+def test_skinny_gemm_checks_its_inputs():
+    x, w = _inputs(4, 64, 32, torch.float32, 0)
+    with pytest.raises(ValueError, match="rows"):
+        skinny_gemm(torch.cat([x] * 40), w)  # 160 rows
+    with pytest.raises(ValueError, match="row-contiguous"):
+        skinny_gemm(x, w.t().contiguous().t())
+    with pytest.raises(ValueError, match="powers of two"):
+        skinny_gemm(x, w, tiles=SkinnyTiles(48, 32))
+
+
+# the Qwen3.6-27B verify's projections: (weight rows, K, swiglu)
+SHAPES_27B = [(16480, 5120, False), (5120, 6144, False), (14336, 5120, False), (34816, 5120, True),
+              (5120, 17408, False), (248320, 5120, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("rows", [2, 17, 65, 128])
+def test_built_in_rule_fits_an_sm(rows):
+    """Every pipeline stage's operand tiles within the 227 KB of an H100 / H200 SM, the fp32 accumulators within
+    128 registers a thread (ptxas spilled past that), at the 27B verify's shapes."""
+    for n, k, swiglu in SHAPES_27B:
+        t = skinny_config(n // 2 if swiglu else n, k, rows, torch.device("cuda"), swiglu)
+        block_m, tiles = max(16, 1 << (rows - 1).bit_length()), 2 if swiglu else 1
+        assert t.num_stages * (tiles * t.block_n + block_m) * t.block_k * 2 <= 227 * 1024, (n, k, rows, t)
+        assert tiles * t.block_n * block_m <= 128 * 32 * t.num_warps, (n, k, rows, t)
+
+
+def test_built_in_rule():
+    """Splits for the N = 5,120 shapes whose column blocks alone leave SMs idle; one pass for wide ones."""
+    cuda = torch.device("cuda")
+    assert skinny_config(5120, 17408, 17, cuda).split == 4
+    assert skinny_config(34816, 5120, 17, cuda) == SkinnyTiles(128, 128, 4, 4, 1)
+    assert skinny_config(34816, 5120, 65, cuda).block_k == 64  # past 32 rows: shorter K steps
+    assert skinny_config(17408, 5120, 65, cuda, swiglu=True).block_n == 64  # two accumulators within registers
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_linear_takes_it_only_where_skinny_max_rows_allows(monkeypatch, swiglu):
+    """gemv.linear: F.linear for several rows while SKINNY_MAX_ROWS is 0 (today's default); from the limit on,
+    rows 2 .. limit go through the skinny op and equal F.linear within bf16 rounding; one row stays the GEMV's."""
+    x, w = _inputs(17, 64, gemv.GEMV_MIN_K, torch.bfloat16, 1)
+    x = x.view(1, 17, -1)
+    ran = []
+    real_launch = gemv.launch
+    monkeypatch.setattr(gemv, "launch", lambda op, *args: ran.append(op) or real_launch(op, *args))
+    assert gemv.SKINNY_MAX_ROWS == 0
+    plain = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
+    assert ran == []
+    monkeypatch.setattr(gemv, "SKINNY_MAX_ROWS", 17)
+    got = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
+    assert ran == [gemv.skinny_op] and got.shape == plain.shape
+    assert_close("linear", _reference(x, w, swiglu), got, TOL[torch.bfloat16])
+    gemv.linear(x[:, :1], w, TRITON, swiglu=swiglu, min_bytes=0)
+    assert ran[-1] is gemv.gemv_op
+    monkeypatch.setattr(gemv, "SKINNY_MAX_ROWS", 16)
+    gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
+    assert len(ran) == 2  # 17 rows past the limit: F.linear
+
+
+def test_skinny_op_passes_opcheck():
+    x, w = _inputs(17, 64, 32, torch.bfloat16, 2)
+    torch.library.opcheck(gemv.skinny_op, (x, w, False))
