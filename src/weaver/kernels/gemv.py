@@ -41,12 +41,6 @@ def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor
     return gemv(x, weight, swiglu)
 
 
-@gemv_op.register_fake
-def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    n = weight.shape[0]
-    return x.new_empty(x.shape[0], n // 2 if swiglu else n)
-
-
 @torch.library.custom_op("weaver::skinny_gemm", mutates_args=())
 def skinny_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
     """`weaver.kernels.triton.skinny.skinny_gemm` as a custom op: x [M, K] -> [M, N] ([M, N / 2] with swiglu)."""
@@ -55,8 +49,10 @@ def skinny_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tens
     return skinny_gemm(x, weight, swiglu)
 
 
+@gemv_op.register_fake
 @skinny_op.register_fake
-def _skinny_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+def _projection_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    """Both ops' output: one row per input row, N columns (N / 2 with swiglu)."""
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
