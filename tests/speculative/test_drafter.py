@@ -134,6 +134,29 @@ def test_matches_cache_free_reference(overrides, kernels):
         assert_close(f"hidden row {b}", ref_hidden, out.hidden[b], 1e-5)
 
 
+def test_draft_with_options_routes_its_mlps_and_head_through_gemv(monkeypatch):
+    """With options the draft's MLPs and head go through `weaver.kernels.gemv` (where the skinny GEMM can take a
+    large weight's rows once gemv.SKINNY_MAX_ROWS allows); at these small weights that is F.linear, bit for bit."""
+    from weaver.kernels import gemv
+
+    drafter = make_drafter().fuse_projections()
+    embed, head = target_io()
+    features = random_features(drafter, 2, 9)
+    want, _ = run(drafter, features, [9, 4], [3, 7], embed, head)
+    seen = []
+    real_linear = gemv.linear
+
+    def recording(x, w, *args, **kwargs):
+        seen.append(tuple(w.shape))
+        return real_linear(x, w, *args, **kwargs)
+
+    monkeypatch.setattr(gemv, "linear", recording)
+    got, _ = run(drafter, features, [9, 4], [3, 7], embed, head, options=RuntimeOptions(kernels="torch"))
+    assert torch.equal(got.logits, want.logits) and torch.equal(got.hidden, want.hidden)
+    mlp = tuple(drafter.layers[0].mlp.fused.weight.shape)
+    assert seen.count(mlp) == len(drafter.layers) and seen[-1] == tuple(head.weight.shape)
+
+
 def test_draft_independent_of_append_chunking():
     drafter = make_drafter(layer_types=["sliding_attention", "full_attention"], sliding_window=6)
     embed, head = target_io()

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from weaver.kernels import gemv
 from weaver.kernels.slots import write_slots
 from weaver.kernels.split_attention import attend_tree
 from weaver.models.checkpoint import stored_dtype, write_checkpoint
@@ -156,9 +157,10 @@ class DrafterLayer(nn.Module):
         mask: torch.Tensor,  # [B, 1, Bk, S]
         rope: tuple[torch.Tensor, torch.Tensor],
         block: BlockKernel | None = None,
+        options: RuntimeOptions | None = None,  # the MLP's large projections through weaver.kernels.gemv
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), k_cache, v_cache, slots, mask, rope, block)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x), options)
 
 
 class BlockKernel(NamedTuple):
@@ -414,7 +416,9 @@ class DFlashDrafter(nn.Module):
         """One drafter pass over `[root, MASK x (Bk-1)]` (root [B]) after each row's context.
 
         Writes the block's K/V into the scratch slots after the context (the context itself is untouched).
-        With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`).
+        With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`)
+        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows unless
+        gemv.SKINNY_MAX_ROWS takes them).
         """
         cfg = self.config
         bk, slots_total = cfg.block_size, ctx.num_slots
@@ -429,10 +433,14 @@ class DFlashDrafter(nn.Module):
                 masks[kind] = block_mask(ctx.lengths, bk, slots_total, *kind)
                 if options is not None:
                     blocks[kind] = block_kernel(ctx.lengths, bk, *kind, options)
-            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind))
+            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind), options)
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
+        # with options, the draft's rows of a large head may take weaver's skinny GEMM (gemv.SKINNY_MAX_ROWS)
         if self.vocab_head is None:
-            logits = lm_head(hidden.to(lm_head.weight.dtype)).float()
+            rows = hidden.to(lm_head.weight.dtype)
+            logits = (lm_head(rows) if options is None else gemv.project(lm_head, rows, options)).float()
         else:
-            logits = F.linear(hidden.to(self.vocab_head.dtype), self.vocab_head).float()
+            rows = hidden.to(self.vocab_head.dtype)
+            head = self.vocab_head
+            logits = (F.linear(rows, head) if options is None else gemv.linear(rows, head, options)).float()
         return DraftOutput(logits=self.full_vocab(logits, lm_head.out_features), hidden=hidden)
