@@ -5,7 +5,8 @@
 #   1. skinny.txt, skinny_table.json: skinny_gemm_ab.py at 17 and 65 rows over the verify's six shapes, the best
 #      tiles written as a tuning table (also kept in /tmp for a later call on the warm machine);
 #   2. profile_skinny.txt: the 27B chain:16 / weaver:64 rounds with gemv.SKINNY_MAX_ROWS = 65 and that table
-#      (round_profile.py --skinny-gemm 65 --tuning), 64 greedy tokens against ar;
+#      (round_profile.py --skinny-gemm 65 --tuning): the verify's projections and the draft's MLPs and head on the
+#      skinny GEMM (the draft's 15-16 rows take the 17-row entries), 64 greedy tokens against ar;
 #   3. profile_base.txt: the same rounds on cuBLAS, the baseline (same machine; rerun it first if step 2 was cut).
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/skinny_ab.sh     (carry .whl)
 OUT=${OUT:-/tmp/skinny_out}
