@@ -52,6 +52,15 @@ def test_skinny_gemm_matches_f_linear(m, nk, tiles, swiglu, dtype, seed):
     assert_close("skinny_gemm", _reference(x, w, swiglu), got, TOL[dtype])
 
 
+def test_skinny_gemm_reads_strided_rows():
+    """Row views (a slice of a wider buffer) and a transposed input give F.linear's values."""
+    x, w = _inputs(6, 64, 48, torch.float32, 3)
+    wide = torch.cat([x, x], dim=1)[:, 48:]  # rows 96 apart, unit stride along K
+    assert_close("row view", _reference(x, w, False), skinny_gemm(wide, w), TOL[torch.float32])
+    xt = x.t().contiguous().t()  # unit stride along M
+    assert_close("transposed", _reference(x, w, False), skinny_gemm(xt, w), TOL[torch.float32])
+
+
 def test_skinny_gemm_checks_its_inputs():
     x, w = _inputs(4, 64, 32, torch.float32, 0)
     with pytest.raises(ValueError, match="rows"):

@@ -118,6 +118,7 @@ def skinny_gemm(
     check_device(x, weight)
     if x.dim() != 2 or weight.dim() != 2 or x.shape[1] != weight.shape[1] or weight.stride(1) != 1:
         raise ValueError(f"skinny_gemm needs x [M, K] and a row-contiguous weight [N, K]: {x.shape}, {weight.shape}")
+    x = x if x.stride(1) == 1 else x.contiguous()  # the kernel walks K with unit stride
     m, k = x.shape
     n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
     if not 1 <= m <= SKINNY_MAX_M or (swiglu and weight.shape[0] % 2):
