@@ -4,21 +4,24 @@
 # they are written, so a cut call still returns what ran.
 #   1. skinny.txt, skinny_table.json: skinny_gemm_ab.py at 17 and 65 rows over the verify's six shapes, the best
 #      tiles written as a tuning table (also kept in /tmp for a later call on the warm machine);
-#   2. profile_skinny.txt: the 27B chain:16 / weaver:64 rounds with gemv.SKINNY_MAX_ROWS = 65 and that table
-#      (round_profile.py --skinny-gemm 65 --tuning): the verify's projections and the draft's MLPs and head on the
-#      skinny GEMM (the draft's 15-16 rows take the 17-row entries), 64 greedy tokens against ar;
-#   3. profile_base.txt: the same rounds on cuBLAS, the baseline (same machine; rerun it first if step 2 was cut).
+#   2. profile_skinny.txt: the 27B rounds of $SKINNY_SPECS (default chain:16) with gemv.SKINNY_MAX_ROWS = 65 and
+#      that table (round_profile.py --skinny-gemm 65 --tuning): the verify's projections and the draft's MLPs and
+#      head on the skinny GEMM (the draft's 15-16 rows take the 17-row entries), 64 greedy tokens against ar;
+#   3. profile_base.txt: the same rounds on cuBLAS, the baseline.
+#   A fresh machine compiles each 27B engine cold (~110-140 s a spec), so one call holds the sweep and one spec both
+#   ways; the next call on the warm machine (the table kept in /tmp, no sweep) does SKINNY_SPECS=weaver:64.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/skinny_ab.sh     (carry .whl)
 OUT=${OUT:-/tmp/skinny_out}
 source scripts/gpu/common.sh
 if [ ! -f /tmp/skinny_table.json ]; then
-  timeout "${SKINNY_SWEEP:-200}" python3 scripts/gpu/skinny_gemm_ab.py --rows 17 65 --table "$OUT/skinny_table.json" \
+  timeout "${SKINNY_SWEEP:-180}" python3 scripts/gpu/skinny_gemm_ab.py --rows 17 65 --table "$OUT/skinny_table.json" \
     > "$OUT/skinny.txt" 2>&1
   cp "$OUT/skinny_table.json" /tmp/skinny_table.json 2> /dev/null
   grep "best/cuBLAS" "$OUT/skinny.txt"
 fi
 profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 10"
-[ -f /tmp/skinny_table.json ] && timeout "${SKINNY_PROFILE:-200}" python3 $profile --specs chain:16 weaver:64 \
-  --equal-tokens 64 --skinny-gemm 65 --tuning /tmp/skinny_table.json 2>&1 | filter > "$OUT/profile_skinny.txt"
-timeout "${SKINNY_PROFILE:-200}" python3 $profile --specs chain:16 weaver:64 2>&1 | filter > "$OUT/profile_base.txt"
+specs=${SKINNY_SPECS:-chain:16}
+[ -f /tmp/skinny_table.json ] && timeout "${SKINNY_PROFILE:-190}" python3 $profile --specs $specs --equal-tokens 64 \
+  --skinny-gemm 65 --tuning /tmp/skinny_table.json 2>&1 | filter > "$OUT/profile_skinny.txt"
+timeout "${SKINNY_PROFILE:-190}" python3 $profile --specs $specs 2>&1 | filter > "$OUT/profile_base.txt"
 grep -H "^verify\|^ROUND\|match" "$OUT"/profile_*.txt
