@@ -5,8 +5,9 @@ GEMV did at one (H100: 3.1 against 2.75 TB/s)?
 Session 50's sweep of the row-tiled kernel (`gemv_wide_ab.py --rows 17`: mma.sync on register-staged loads) lost
 1.20-1.41x. This sweeps the skinny kernel's tiles per shape and row count against cuBLAS and cuBLASLt (gate_up as the
 model runs it: with SwiGLU, against cuBLAS + torch's SwiGLU), prints the best three (us per call, TB/s), checks the
-best against an fp32 product, and with --table writes the best configs as a tuning table (`skinny_gemm` entries,
-RuntimeOptions.tuning's format) for `round_profile.py --skinny-gemm ROWS --tuning TABLE`, the rounds' A/B.
+best against an fp32 product, and with --table writes the best configs as a tuning table (`skinny_gemm` entries
+added to this GPU's packaged table, if any: RuntimeOptions.tuning's format) for `round_profile.py --skinny-gemm ROWS
+--tuning TABLE`, the rounds' A/B.
 
     python3 scripts/gpu/skinny_gemm_ab.py [--rows 17 65] [--shapes mlp.gate_up mlp.down] [--table t.json]
 """
@@ -125,6 +126,10 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__, triton.__version__, flush=True)
     gen = torch.Generator(device="cuda").manual_seed(0)
     table: dict = {}
+    packaged = tuning.table_path()  # this GPU's packaged table (H200): kept, so the A/B changes only the GEMMs
+    if packaged:
+        with open(packaged) as f:
+            table = json.load(f).get("best", {})
     for rows in args.rows:
         for name in args.shapes:
             sweep(name, rows, args.reps, gen, table)
