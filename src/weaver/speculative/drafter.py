@@ -360,15 +360,21 @@ class DFlashDrafter(nn.Module):
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         return DrafterContext(stacked=stacked, lengths=lengths, capacity=capacity)
 
-    def fuse_features(self, features: torch.Tensor) -> torch.Tensor:
-        """Target features [B, T, n*H] -> one context vector per token [B, T, H]."""
-        return self.hidden_norm(self.fc(features.to(self.dtype)))
+    def fuse_features(self, features: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
+        """Target features [B, T, n*H] -> one context vector per token [B, T, H] (with options, `fc` through
+        weaver.kernels.gemv)."""
+        rows = features.to(self.dtype)
+        return self.hidden_norm(self.fc(rows) if options is None else gemv.project(self.fc, rows, options))
 
-    def append_context(self, ctx: DrafterContext, features: torch.Tensor, counts: torch.Tensor | None = None) -> None:
+    def append_context(
+        self, ctx: DrafterContext, features: torch.Tensor, counts: torch.Tensor | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> None:  # fmt: skip
         """Append newly committed tokens: features [B, T, n*H] in order; row b takes its first counts[b] (default T).
 
         Token j of row b lands at position ctx.lengths[b] + j. Rows' unused entries (j >= counts[b]) are
-        written to the last scratch slot, which no context query reads. No host sync: graph-capturable.
+        written to the last scratch slot, which no context query reads. No host sync: graph-capturable. With
+        options, `fc` and the context K/V projection go through weaver.kernels.gemv (the skinny GEMM's rows).
         """
         t = features.shape[1]
         if t == 0:
@@ -378,12 +384,15 @@ class DFlashDrafter(nn.Module):
         slots = positions
         if counts is not None:
             slots = torch.where(j[None, :] < counts[:, None], positions, ctx.num_slots - 1)
-        c = self.fuse_features(features)  # [B, T, H]
+        c = self.fuse_features(features, options)  # [B, T, H]
         rope = rope_cos_sin(positions, self.rope_inv_freq, c.dtype)
-        write_slots(*ctx.stacked, slots, *self.context_key_value(c, rope))  # [B, L, Hkv, T, D]: all layers at once
+        kv = self.context_key_value(c, rope, options)
+        write_slots(*ctx.stacked, slots, *kv)  # [B, L, Hkv, T, D]: all layers at once
         ctx.lengths.add_(t if counts is None else counts.to(ctx.lengths.dtype))
 
-    def context_key_value(self, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    def context_key_value(
+        self, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], options: RuntimeOptions | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """Every layer's `key_value` of context vectors c [B, T, H] at once: K, V [B, L, Hkv, T, D].
 
         One GEMM (the fused weight, else the layers' weights concatenated here), one k-norm, one RoPE."""
@@ -391,7 +400,7 @@ class DFlashDrafter(nn.Module):
         attns = [layer.self_attn for layer in self.layers]
         fused = self.context_kv or FusedLinear([lin for a in attns for lin in (a.k_proj, a.v_proj)], share=False)
         b, t, _ = c.shape
-        kv = fused.linear(c).view(b, t, num_layers, 2, cfg.num_key_value_heads, cfg.head_dim)
+        kv = fused.linear(c, options).view(b, t, num_layers, 2, cfg.num_key_value_heads, cfg.head_dim)
         k_norm = self.context_k_norm
         if k_norm is None:
             k_norm = torch.stack([a.k_norm.weight for a in attns])[:, None]  # [L, 1, D]
