@@ -27,13 +27,15 @@ from weaver.kernels.triton import tuning
 from weaver.kernels.triton.skinny import SkinnyTiles, skinny_gemm
 
 H, I, V = 5120, 17408, 248320
-SHAPES = {  # name: (weight rows, K, swiglu): the 27B verify's projections through weaver.kernels.gemv.linear
+SHAPES = {  # name: (weight rows, K, swiglu): the 27B round's projections through weaver.kernels.gemv.linear
     "gdn.in_proj (qkv, z, b, a)": (2 * 2048 + 2 * 6144 + 2 * 48, H, False),
     "gdn.out_proj / attn.o_proj": (H, 6144, False),
     "attn.qkv (gated q)": (24 * 256 * 2 + 2 * 4 * 256, H, False),
     "mlp.gate_up": (2 * I, H, True),
     "mlp.down": (H, I, False),
     "lm_head": (V, H, False),
+    "drafter.fc (commit)": (H, 5 * H, False),  # the published drafter's context: 5 target layers' features
+    "drafter.context_kv (commit)": (5 * 2 * 8 * 128, H, False),  # 5 layers' K and V, 8 kv heads of 128
 }
 SMEM = 220 * 1024  # operand tiles of every pipeline stage within an H100 / H200 SM's 227 KB
 
