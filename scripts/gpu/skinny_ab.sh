@@ -2,7 +2,7 @@
 # Issue 19, one device call (~600 s of command): weaver's skinny GEMM (weaver.kernels.triton.skinny, session 50)
 # against cuBLAS for the 27B verify's projections, then in the rounds. Each step bounded; files land under $OUT as
 # they are written, so a cut call still returns what ran.
-#   1. skinny.txt, skinny_table.json: skinny_gemm_ab.py at 17 and 65 rows over the verify's six shapes, the best
+#   1. skinny.txt, skinny_table.json: skinny_gemm_ab.py at 17 and 65 rows over the round's eight shapes, the best
 #      tiles written as a tuning table (also kept in /tmp for a later call on the warm machine);
 #   2. profile_skinny.txt: the 27B rounds of $SKINNY_SPECS (default chain:16) with gemv.SKINNY_MAX_ROWS = 65 and
 #      that table (round_profile.py --skinny-gemm 65 --tuning): the verify's projections and the draft's MLPs and
