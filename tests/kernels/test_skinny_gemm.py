@@ -3,6 +3,8 @@ F.linear, and its place in `weaver.kernels.gemv.linear` (off until SKINNY_MAX_RO
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -71,17 +73,14 @@ def test_skinny_gemm_checks_its_inputs():
         skinny_gemm(x, w, tiles=SkinnyTiles(48, 32))
 
 
-# the Qwen3.6-27B verify's projections: (weight rows, K, swiglu)
-SHAPES_27B = [(16480, 5120, False), (5120, 6144, False), (14336, 5120, False), (34816, 5120, True),
-              (5120, 17408, False), (248320, 5120, False)]  # fmt: skip
-
-
 @pytest.mark.parametrize("rows", [2, 17, 65, 128])
-def test_built_in_rule_fits_an_sm(rows):
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_built_in_rule_fits_an_sm(rows, swiglu):
     """Every pipeline stage's operand tiles within the 227 KB of an H100 / H200 SM, the fp32 accumulators within
-    128 registers a thread (ptxas spilled past that), at the 27B verify's shapes."""
-    for n, k, swiglu in SHAPES_27B:
-        t = skinny_config(n // 2 if swiglu else n, k, rows, torch.device("cuda"), swiglu)
+    128 registers a thread (ptxas spilled past that): the 27B round's widths and others a large model may have."""
+    for n_out, k in itertools.product((2048, 5120, 8192, 12288, 16480, 17408, 248320), (4096, 5120, 17408, 25600)):
+        n = 2 * n_out if swiglu else n_out
+        t = skinny_config(n_out, k, rows, torch.device("cuda"), swiglu)
         block_m, tiles = max(16, 1 << (rows - 1).bit_length()), 2 if swiglu else 1
         assert t.num_stages * (tiles * t.block_n + block_m) * t.block_k * 2 <= 227 * 1024, (n, k, rows, t)
         assert tiles * t.block_n * block_m <= 128 * 32 * t.num_warps, (n, k, rows, t)

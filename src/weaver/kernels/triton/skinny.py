@@ -48,11 +48,10 @@ def skinny_config(n_out: int, k: int, rows: int, device: torch.device, swiglu: b
     programs."""
     if device.type != "cuda":
         return SkinnyTiles(64, min(64, triton.next_power_of_2(k)), 1, 1, 1)
-    if n_out <= 8192:
+    if n_out <= 8192 and not swiglu:  # a SwiGLU is never split (its epilogue needs the whole sum)
         return SkinnyTiles(64, 128, 4, 4, 4)
-    if rows <= 32:
-        return SkinnyTiles(128, 64 if swiglu else 128, 4, 4, 1)
-    return SkinnyTiles(64 if swiglu else 128, 64, 4, 4, 1)
+    block_n = 64 if swiglu and rows > 32 else 128
+    return SkinnyTiles(block_n, 64 if swiglu or rows > 32 else 128, 4, 4, 1)
 
 
 def skinny_tiles_for(x: torch.Tensor, n_out: int, swiglu: bool) -> SkinnyTiles:
