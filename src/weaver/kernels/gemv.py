@@ -83,16 +83,17 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
 def linear(
     x: torch.Tensor,  # [..., K]
     weight: torch.Tensor,  # [N, K]
-    options: RuntimeOptions,
+    options: RuntimeOptions | None,  # None: F.linear (a caller without a runtime, e.g. training)
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int = GEMV_MIN_BYTES,
 ) -> torch.Tensor:
     """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight, else F.linear."""
-    if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
+    kernels = options is not None
+    if kernels and _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
-    if _takes_skinny(x, weight, min_bytes) and use_kernel(options, x, weight):
+    if kernels and _takes_skinny(x, weight, min_bytes) and use_kernel(options, x, weight):
         rows = x.reshape(-1, x.shape[-1])
         out = launch(skinny_op, "weaver.kernels.triton.skinny", "skinny_gemm", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
@@ -103,6 +104,6 @@ def linear(
     return F.silu(gate) * up
 
 
-def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
-    """layer(x) for an nn.Linear, one row of a large bias-free weight through `linear`."""
+def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions | None) -> torch.Tensor:
+    """layer(x) for an nn.Linear, a large bias-free weight through `linear` (options None: layer(x) exactly)."""
     return layer(x) if layer.bias is not None else linear(x, layer.weight, options)

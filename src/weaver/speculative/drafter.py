@@ -363,8 +363,7 @@ class DFlashDrafter(nn.Module):
     def fuse_features(self, features: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
         """Target features [B, T, n*H] -> one context vector per token [B, T, H] (with options, `fc` through
         weaver.kernels.gemv)."""
-        rows = features.to(self.dtype)
-        return self.hidden_norm(self.fc(rows) if options is None else gemv.project(self.fc, rows, options))
+        return self.hidden_norm(gemv.project(self.fc, features.to(self.dtype), options))
 
     def append_context(
         self, ctx: DrafterContext, features: torch.Tensor, counts: torch.Tensor | None = None,
@@ -446,10 +445,7 @@ class DFlashDrafter(nn.Module):
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
         # with options, the draft's rows of a large head may take weaver's skinny GEMM (gemv.SKINNY_MAX_ROWS)
         if self.vocab_head is None:
-            rows = hidden.to(lm_head.weight.dtype)
-            logits = (lm_head(rows) if options is None else gemv.project(lm_head, rows, options)).float()
+            logits = gemv.project(lm_head, hidden.to(lm_head.weight.dtype), options).float()
         else:
-            rows = hidden.to(self.vocab_head.dtype)
-            head = self.vocab_head
-            logits = (F.linear(rows, head) if options is None else gemv.linear(rows, head, options)).float()
+            logits = gemv.linear(hidden.to(self.vocab_head.dtype), self.vocab_head, options).float()
         return DraftOutput(logits=self.full_vocab(logits, lm_head.out_features), hidden=hidden)
