@@ -11,7 +11,7 @@ With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel inst
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
 leave cuBLAS as the AR step's did?
 
-    python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20] [--rows 17] [--no-pdl]
+    python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20] [--rows 17]
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ from functools import partial
 import torch
 
 from weaver.bench.kernels import time_graphs
-from weaver.kernels import launch_config
 from weaver.kernels.triton.decode import GemmTiles, fused_gemv
-from weaver.options import RuntimeOptions
 
 H, I, V = 5120, 17408, 248320
 SHAPES = {  # name: (out, in): the 27B AR step's projections (gemv_27b.py's list)
@@ -63,15 +61,15 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> 
         fused_gemv(x, w, out=out, config=config)
 
 
-def cublaslt_us(fn, calls: int, reps: int) -> float:
-    """us_per_call of a torch.matmul list with cuBLASLt as torch's preferred BLAS (then back to the default): at a
-    verify's rows torch's default library may not pick the best skinny-M kernel."""
-    default = torch.backends.cuda.preferred_blas_library()
-    torch.backends.cuda.preferred_blas_library("cublaslt")
+def with_blas(library: str, fn):
+    """fn() with `library` as torch's preferred BLAS, then the previous choice again (torch's default may not pick
+    the best kernel for one row or a verify's few)."""
+    previous = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library(library)
     try:
-        return us_per_call(fn, calls, reps)
+        return fn()
     finally:
-        torch.backends.cuda.preferred_blas_library(default)
+        torch.backends.cuda.preferred_blas_library(previous)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -105,11 +103,10 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
 def configs(k: int, rows: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
     rows, row tiles that hold them in one or two M tiles."""
-    if rows > 1:  # session 50 (H100, 17 rows): the best of the first grid was 1.20-1.41x cuBLAS; now longer K tiles
+    if rows > 1:  # session 50 (H100, 17 rows): 1.20-1.41x cuBLAS; skinny_gemm_ab.py sweeps the kernel that follows
         block_m = (32, 64) if rows > 32 else (32,) if rows > 16 else (16,)
-        grid = itertools.product(block_m, (16, 32, 64, 128), (128, 256, 512, 1024), (4, 8), (2, 3, 5))
-        for bm, bn, bk, warps, stages in grid:  # operand tiles of every stage within the H100's 227 KB of smem
-            if stages * (bm + bn) * bk * 2 <= 220 * 1024 and bn * bk <= 64 * 1024:
+        for bm, bn, bk, warps, stages in itertools.product(block_m, (32, 64, 128), (128, 256), (4, 8), (3, 5)):
+            if (bm, bn) != (64, 128):
                 yield GemmTiles(bm, bn, bk, warps, stages)
         return
     for bn, bk, warps in itertools.product(BLOCK_N, BLOCK_K, WARPS):
@@ -123,10 +120,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
-    p.add_argument("--no-pdl", action="store_true",
-                   help="launch without PDL (and so without the row kernel's L2 prefetch of its weight rows)")
     args = p.parse_args()
-    launch_config.configure(RuntimeOptions(pdl=not args.no_pdl))
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     print(torch.cuda.get_device_name(), torch.__version__)
@@ -142,7 +136,7 @@ def main() -> None:
         calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
-        lt = cublaslt_us(partial(run, cublas, calls), copies, args.reps)
+        lt = with_blas("cublaslt", partial(us_per_call, partial(run, cublas, calls), copies, args.reps))
         results = []
         for cfg in configs(k, args.rows):
             try:

@@ -21,8 +21,8 @@ from functools import partial
 
 import torch
 import triton
+from gemv_wide_ab import us_per_call, with_blas  # scripts/gpu: the one-row sweep's timing and BLAS switch
 
-from weaver.bench.kernels import time_graphs
 from weaver.kernels.triton import tuning
 from weaver.kernels.triton.skinny import SkinnyTiles, skinny_gemm
 
@@ -57,11 +57,6 @@ def configs(n: int, k: int, rows: int, swiglu: bool):
             yield SkinnyTiles(bn, bk, 8 if bn == 256 else 4, stages, split)
 
 
-def us_per_call(fn, calls: int, reps: int) -> float:
-    """Median us of one call, from a CUDA graph of the whole list."""
-    return time_graphs([fn], reps, warmup=2)[0] / calls
-
-
 def cublas(calls, swiglu: bool) -> None:
     """What gemv.linear's F.linear path runs: the GEMM, and for a [gate; up] weight torch's SwiGLU."""
     for x, w in calls:
@@ -74,16 +69,6 @@ def cublas(calls, swiglu: bool) -> None:
 def skinny(calls, swiglu: bool, tiles: SkinnyTiles) -> None:
     for x, w in calls:
         skinny_gemm(x, w, swiglu, tiles)
-
-
-def with_blas(library: str, fn):
-    """fn() with `library` as torch's preferred BLAS, then the previous choice again."""
-    previous = torch.backends.cuda.preferred_blas_library()
-    torch.backends.cuda.preferred_blas_library(library)
-    try:
-        return fn()
-    finally:
-        torch.backends.cuda.preferred_blas_library(previous)
 
 
 def sweep(name: str, rows: int, reps: int, gen: torch.Generator, table: dict) -> None:
