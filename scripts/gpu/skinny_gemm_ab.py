@@ -41,20 +41,23 @@ SMEM = 220 * 1024  # operand tiles of every pipeline stage within an H100 / H200
 
 
 def configs(n: int, k: int, rows: int, swiglu: bool):
-    """wgmma-sized weight tiles (8 warps for 256 rows), pipelines within shared memory (a SwiGLU tile reads gate
-    and up rows), fp32 accumulators within 128 registers a thread (ptxas for sm_90: a SwiGLU's two at 128 x 128
-    spill), K splits only for the shapes whose 64-row column blocks leave SMs idle."""
+    """wgmma-sized weight tiles (4 or 8 warps for 128 rows, 8 for 256), the deepest pipeline (4 or 3 stages) within
+    shared memory (a SwiGLU tile reads gate and up rows), each fp32 accumulator under 128 registers a thread (ptxas
+    for sm_90, triton 3.6: one of 128 spills, a SwiGLU's two of 64 do not), K splits only for the shapes whose
+    64-row column blocks leave SMs idle. One pipeline depth per tile keeps the sweep within a device call."""
     block_m = max(16, triton.next_power_of_2(rows))
     wide = swiglu or triton.cdiv(n, 64) >= 264
-    for bn, bk, stages in itertools.product((64, 128, 256), (64, 128), (3, 4)):
-        if stages * ((2 if swiglu else 1) * bn + block_m) * bk * 2 > SMEM:
-            continue
-        if (2 if swiglu else 1) * bn * block_m > 128 * 32 * (8 if bn == 256 else 4):  # accumulators: spills past 128
-            continue
-        for split in (1,) if wide else (1, 2, 4, 8):
-            if split > 1 and (split * triton.cdiv(n, bn) > 700 or k // split < 4 * bk):
+    for bn, bk in itertools.product((64, 128, 256), (64, 128)):
+        for warps in {64: (4,), 128: (4, 8), 256: (8,)}[bn]:
+            if bn * block_m >= 128 * 32 * warps:  # an accumulator of 128 registers a thread spills
                 continue
-            yield SkinnyTiles(bn, bk, 8 if bn == 256 else 4, stages, split)
+            fits = [s for s in (4, 3) if s * ((2 if swiglu else 1) * bn + block_m) * bk * 2 <= SMEM]
+            if not fits:
+                continue
+            for split in (1,) if wide else (1, 2, 4):
+                if split > 1 and (split * triton.cdiv(n, bn) > 700 or k // split < 4 * bk):
+                    continue
+                yield SkinnyTiles(bn, bk, warps, fits[0], split)
 
 
 def cublas(calls, swiglu: bool) -> None:

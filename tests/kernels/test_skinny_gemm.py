@@ -77,13 +77,14 @@ def test_skinny_gemm_checks_its_inputs():
 @pytest.mark.parametrize("swiglu", [False, True])
 def test_built_in_rule_fits_an_sm(rows, swiglu):
     """Every pipeline stage's operand tiles within the 227 KB of an H100 / H200 SM, the fp32 accumulators within
-    128 registers a thread (ptxas spilled past that): the 27B round's widths and others a large model may have."""
+    128 registers a thread (ptxas spilled one of 128): the 27B round's widths and others a large model may have."""
     for n_out, k in itertools.product((2048, 5120, 8192, 12288, 16480, 17408, 248320), (4096, 5120, 17408, 25600)):
         n = 2 * n_out if swiglu else n_out
         t = skinny_config(n_out, k, rows, torch.device("cuda"), swiglu)
         block_m, tiles = max(16, 1 << (rows - 1).bit_length()), 2 if swiglu else 1
         assert t.num_stages * (tiles * t.block_n + block_m) * t.block_k * 2 <= 227 * 1024, (n, k, rows, t)
         assert tiles * t.block_n * block_m <= 128 * 32 * t.num_warps, (n, k, rows, t)
+        assert t.block_n * block_m < 128 * 32 * t.num_warps, (n, k, rows, t)
 
 
 def test_built_in_rule():
@@ -91,7 +92,7 @@ def test_built_in_rule():
     cuda = torch.device("cuda")
     assert skinny_config(5120, 17408, 17, cuda).split == 4
     assert skinny_config(34816, 5120, 17, cuda) == SkinnyTiles(128, 128, 4, 4, 1)
-    assert skinny_config(34816, 5120, 65, cuda).block_k == 64  # past 32 rows: shorter K steps
+    assert skinny_config(34816, 5120, 65, cuda) == SkinnyTiles(128, 64, 8, 4, 1)  # past 32 rows: 8 warps
     assert skinny_config(17408, 5120, 65, cuda, swiglu=True).block_n == 64  # two accumulators within registers
 
 

@@ -43,15 +43,16 @@ class SkinnyTiles(NamedTuple):
 def skinny_config(n_out: int, k: int, rows: int, device: torch.device, swiglu: bool = False) -> SkinnyTiles:
     """The built-in configuration (a tuning table's `skinny_gemm` entry overrides it): 128-row weight tiles and a
     4-stage pipeline; the N = 5,120 shapes split K four ways so that ~160 programs fill the GPU; shorter K steps
-    where a SwiGLU's gate and up tiles or 65 rows fill shared memory, and 64-row tiles for a SwiGLU's two
-    accumulators past 32 rows (128 rows spill at 4 warps, ptxas for sm_90); the interpreter takes few, large
-    programs."""
+    where a SwiGLU's gate and up tiles or 65 rows fill shared memory; past 32 rows 8 warps for 128-row tiles, 64-row
+    tiles for a SwiGLU's two accumulators (ptxas for sm_90, triton 3.6: one accumulator of 128 registers a thread
+    spills, two of 64 do not); the interpreter takes few, large programs."""
     if device.type != "cuda":
         return SkinnyTiles(64, min(64, triton.next_power_of_2(k)), 1, 1, 1)
     if n_out <= 8192 and not swiglu:  # a SwiGLU is never split (its epilogue needs the whole sum)
         return SkinnyTiles(64, 128, 4, 4, 4)
-    block_n = 64 if swiglu and rows > 32 else 128
-    return SkinnyTiles(block_n, 64 if swiglu or rows > 32 else 128, 4, 4, 1)
+    if rows <= 32:
+        return SkinnyTiles(128, 64 if swiglu else 128, 4, 4, 1)
+    return SkinnyTiles(64, 64, 4, 4, 1) if swiglu else SkinnyTiles(128, 64, 8, 4, 1)
 
 
 def skinny_tiles_for(x: torch.Tensor, n_out: int, swiglu: bool) -> SkinnyTiles:
