@@ -22,7 +22,6 @@ from torch.profiler import ProfilerActivity, profile
 
 import weaver
 from weaver.bench.scale import NAMED, attach_named
-from weaver.kernels import gemv
 from weaver.speculative.round import Stages
 
 STAGES = Stages.NAMES
@@ -203,15 +202,12 @@ def main() -> int:
                              "inductor's): the PDL A/B")
     parser.add_argument("--no-inductor-pdl", action="store_true",
                         help="inductor's kernels without PDL, weaver's with it: session 49's change alone, the A/B")
-    parser.add_argument("--skinny-gemm", type=int, default=None, metavar="ROWS",
-                        help="gemv.SKINNY_MAX_ROWS for this run: projections of 2 to ROWS rows through weaver's skinny "
-                             "GEMM instead of cuBLAS (the verify's A/B; pair with --tuning from skinny_gemm_ab.py)")
-    parser.add_argument("--tuning", default=None, help="RuntimeOptions.tuning: a tuning table (JSON) or none")
+    parser.add_argument("--tuning", default=None,
+                        help="RuntimeOptions.tuning: a tuning table (JSON) or none; skinny_gemm_ab.py's table routes "
+                             "the shapes it timed faster than cuBLAS through the skinny GEMM (that A/B)")
     args = parser.parse_args()
     if args.no_inductor_pdl:
         without_inductor_pdl()
-    if args.skinny_gemm is not None:
-        gemv.SKINNY_MAX_ROWS = args.skinny_gemm
     TOP["*"], TOP["build"] = args.top, args.top_build
     llm = weaver.LLM.from_config(args.model, random_weights=True, seed=0, device="cuda", dtype="bf16",
                                  drafter=None if args.drafter in NAMED else args.drafter,

@@ -4,9 +4,9 @@
 # they are written, so a cut call still returns what ran.
 #   1. skinny.txt, skinny_table.json: skinny_gemm_ab.py at 17 and 65 rows over the round's eight shapes, the best
 #      tiles written as a tuning table (also kept in /tmp for a later call on the warm machine);
-#   2. profile_skinny.txt: the 27B rounds of $SKINNY_SPECS (default chain:16) with gemv.SKINNY_MAX_ROWS = 65 and
-#      that table (round_profile.py --skinny-gemm 65 --tuning): the verify's projections and the draft's MLPs and
-#      head on the skinny GEMM (the draft's 15-16 rows take the 17-row entries), 64 greedy tokens against ar;
+#   2. profile_skinny.txt: the 27B rounds of $SKINNY_SPECS (default chain:16) with that table (round_profile.py
+#      --tuning): the projections it timed faster than cuBLAS on the skinny GEMM (the verify's, the draft's MLPs
+#      and head; the draft's 15-16 rows take the 17-row entries), 64 greedy tokens against ar;
 #   3. profile_base.txt: the same rounds on cuBLAS, the baseline.
 #   Steps 2-3 are skipped when the sweep (run in this call) finds no shape 3% faster than cuBLAS.
 #   A fresh machine compiles each 27B engine cold (~110-140 s a spec), so one call holds the sweep and one spec both
@@ -28,6 +28,6 @@ fi
 profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 10"
 specs=${SKINNY_SPECS:-chain:16}
 [ -f /tmp/skinny_table.json ] && timeout "${SKINNY_PROFILE:-190}" python3 $profile --specs $specs --equal-tokens 64 \
-  --skinny-gemm 65 --tuning /tmp/skinny_table.json 2>&1 | filter > "$OUT/profile_skinny.txt"
+  --tuning /tmp/skinny_table.json 2>&1 | filter > "$OUT/profile_skinny.txt"
 timeout "${SKINNY_PROFILE:-190}" python3 $profile --specs $specs 2>&1 | filter > "$OUT/profile_base.txt"
 grep -H "^verify\|^ROUND\|match" "$OUT"/profile_*.txt

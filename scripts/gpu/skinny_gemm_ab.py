@@ -6,8 +6,8 @@ Session 50's sweep of the row-tiled kernel (`gemv_wide_ab.py --rows 17`: mma.syn
 1.20-1.41x. This sweeps the skinny kernel's tiles per shape and row count against cuBLAS and cuBLASLt (gate_up as the
 model runs it: with SwiGLU, against cuBLAS + torch's SwiGLU), prints the best three (us per call, TB/s), checks the
 best against an fp32 product, and with --table writes the best configs as a tuning table (`skinny_gemm` entries
-added to this GPU's packaged table, if any: RuntimeOptions.tuning's format) for `round_profile.py --skinny-gemm ROWS
---tuning TABLE`, the rounds' A/B.
+added to this GPU's packaged table, if any: RuntimeOptions.tuning's format, with each shape's time and cuBLAS's, so
+that `gemv.linear` routes only the shapes it won) for `round_profile.py --tuning TABLE`, the rounds' A/B.
 
     python3 scripts/gpu/skinny_gemm_ab.py [--rows 17 65] [--shapes mlp.gate_up mlp.down] [--table t.json]
 """

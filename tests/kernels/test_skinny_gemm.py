@@ -1,9 +1,10 @@
 """weaver's skinny GEMM (`weaver.kernels.triton.skinny`: a few input rows, the weight rows as the MMA's M) against
-F.linear, and its place in `weaver.kernels.gemv.linear` (off until SKINNY_MAX_ROWS allows it)."""
+F.linear, and its place in `weaver.kernels.gemv.linear` (only the shapes a tuning table timed faster than cuBLAS)."""
 
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 import torch
@@ -12,8 +13,8 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from weaver.kernels import gemv
-from weaver.kernels.triton.skinny import SkinnyTiles, skinny_config, skinny_gemm
+from weaver.kernels import gemv, launch_config
+from weaver.kernels.triton.skinny import SkinnyTiles, skinny_config, skinny_gemm, skinny_key
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -41,7 +42,8 @@ def _reference(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
     m=st.sampled_from([2, 16, 17, 65]) if FULL else st.integers(1, 20),
     nk=st.sampled_from([(5120, 17408), (34816, 5120)]) if FULL else st.sampled_from([(64, 96), (100, 200), (48, 64)]),
     tiles=st.sampled_from([None, SkinnyTiles(64, 64, 4, 3, 2), SkinnyTiles(128, 128, 4, 4, 1)])
-    if FULL else st.sampled_from([None, SkinnyTiles(16, 32, 1, 1, 3), SkinnyTiles(64, 16, 1, 1, 1)]),
+    if FULL
+    else st.sampled_from([None, SkinnyTiles(16, 32, 1, 1, 3), SkinnyTiles(64, 16, 1, 1, 1)]),
     swiglu=st.booleans(),
     dtype=st.sampled_from([torch.float32, torch.bfloat16]),
     seed=st.integers(0, 10_000),
@@ -97,26 +99,47 @@ def test_built_in_rule():
 
 
 @pytest.mark.parametrize("swiglu", [False, True])
-def test_linear_takes_it_only_where_skinny_max_rows_allows(monkeypatch, swiglu):
-    """gemv.linear: F.linear for several rows while SKINNY_MAX_ROWS is 0 (today's default); from the limit on,
-    rows 2 .. limit go through the skinny op and equal F.linear within bf16 rounding; one row stays the GEMV's."""
+def test_linear_takes_it_only_where_the_table_timed_it_faster(tmp_path, monkeypatch, swiglu):
+    """gemv.linear: F.linear for several rows without a tuning table (CPU, or a GPU with no skinny entries); the
+    skinny op where the table's entry for the shape (or its nearest row count) beat cuBLAS, equal to F.linear within
+    bf16 rounding; F.linear where it lost, past SKINNY_MAX_ROWS, or for another shape; one row stays the GEMV's."""
     x, w = _inputs(17, 64, gemv.GEMV_MIN_K, torch.bfloat16, 1)
     x = x.view(1, 17, -1)
+    n_out = 32 if swiglu else 64
     ran = []
     real_launch = gemv.launch
     monkeypatch.setattr(gemv, "launch", lambda op, *args: ran.append(op) or real_launch(op, *args))
-    assert gemv.SKINNY_MAX_ROWS == 0
     plain = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
     assert ran == []
-    monkeypatch.setattr(gemv, "SKINNY_MAX_ROWS", 17)
+
+    def table(us: float, rows: int = 17) -> None:
+        key = skinny_key(n_out, gemv.GEMV_MIN_K, rows, torch.bfloat16, swiglu)
+        entry = {
+            "config": list(skinny_config(n_out, gemv.GEMV_MIN_K, rows, torch.device(DEVICE), swiglu)),
+            "us": us,
+            "cublas_us": 10,
+        }
+        path = tmp_path / f"table_{us}_{rows}.json"
+        path.write_text(json.dumps({"best": {"skinny_gemm": {key: entry}}}))
+        monkeypatch.setattr(launch_config.settings(), "tuning", str(path))
+
+    table(us=9.0)  # timed faster than cuBLAS at 17 rows
     got = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
     assert ran == [gemv.skinny_op] and got.shape == plain.shape
     assert_close("linear", _reference(x, w, swiglu), got, TOL[torch.bfloat16])
+    gemv.linear(x[:, :5], w, TRITON, swiglu=swiglu, min_bytes=0)  # 5 rows: the nearest measured count, 17
+    assert ran[-1] is gemv.skinny_op and len(ran) == 2
     gemv.linear(x[:, :1], w, TRITON, swiglu=swiglu, min_bytes=0)
     assert ran[-1] is gemv.gemv_op
     monkeypatch.setattr(gemv, "SKINNY_MAX_ROWS", 16)
     gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
-    assert len(ran) == 2  # 17 rows past the limit: F.linear
+    assert len(ran) == 3  # 17 rows past the limit: F.linear
+    monkeypatch.setattr(gemv, "SKINNY_MAX_ROWS", 128)
+    gemv.linear(x, w[:48], TRITON, swiglu=swiglu, min_bytes=0)
+    assert len(ran) == 3  # another shape: no entry, F.linear
+    table(us=11.0, rows=16)  # timed slower than cuBLAS
+    gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
+    assert len(ran) == 3
 
 
 def test_skinny_op_passes_opcheck():

@@ -9,7 +9,8 @@ has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.
 24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. A few rows of the
-same weights (2 to SKINNY_MAX_ROWS) may take the skinny GEMM (`triton.skinny`), off until measured. Under
+same weights (2 to SKINNY_MAX_ROWS) take the skinny GEMM (`triton.skinny`) where the GPU's tuning table timed
+it faster than cuBLAS at that shape (`skinny.beats_cublas`; no table entry, no route). Under
 torch.compile the kernels are the custom ops `weaver::gemv` and `weaver::skinny_gemm`; this module imports
 without triton.
 """
@@ -27,10 +28,10 @@ __all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "SKINNY_MAX_ROWS", "gem
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
-# Input rows from 2 up to this take weaver's skinny GEMM (`triton.skinny`: a verify's 17 / 65, a draft's 16) for
-# the weights the GEMV would take at one row, any K: 0 (never) until a GPU measures it faster than cuBLAS
-# (session 50 built it; scripts/gpu/skinny_gemm_ab.py sweeps it, round_profile.py --skinny-gemm is the A/B)
-SKINNY_MAX_ROWS = 0
+# Input rows from 2 up to this may take weaver's skinny GEMM (`triton.skinny`: a verify's 17 / 65, a draft's 16)
+# for the weights the GEMV would take at one row, any K, where the tuning table says it wins (one program holds
+# up to 128 rows; scripts/gpu/skinny_gemm_ab.py writes the table, round_profile.py --tuning is the A/B)
+SKINNY_MAX_ROWS = 128
 
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
@@ -70,9 +71,16 @@ def _large_16bit(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
     )
 
 
-def _takes_skinny(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
-    """2 to SKINNY_MAX_ROWS input rows of a large 16-bit weight."""
-    return 2 <= x.numel() // max(x.shape[-1], 1) <= SKINNY_MAX_ROWS and _large_16bit(x, weight, min_bytes)
+def _takes_skinny(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: bool) -> bool:
+    """2 to SKINNY_MAX_ROWS input rows of a large 16-bit weight, at a shape the tuning table timed faster than
+    cuBLAS (asked last: only then is triton imported)."""
+    rows = x.numel() // max(x.shape[-1], 1)
+    if not (2 <= rows <= SKINNY_MAX_ROWS and _large_16bit(x, weight, min_bytes)):
+        return False
+    from weaver.kernels.triton.skinny import beats_cublas
+
+    n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
+    return beats_cublas(n_out, weight.shape[1], rows, x.dtype, swiglu)
 
 
 def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
@@ -93,7 +101,7 @@ def linear(
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
-    if kernels and _takes_skinny(x, weight, min_bytes) and use_kernel(options, x, weight):
+    if kernels and use_kernel(options, x, weight) and _takes_skinny(x, weight, min_bytes, swiglu):
         rows = x.reshape(-1, x.shape[-1])
         out = launch(skinny_op, "weaver.kernels.triton.skinny", "skinny_gemm", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])

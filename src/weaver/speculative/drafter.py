@@ -425,8 +425,8 @@ class DFlashDrafter(nn.Module):
 
         Writes the block's K/V into the scratch slots after the context (the context itself is untouched).
         With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`)
-        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows unless
-        gemv.SKINNY_MAX_ROWS takes them).
+        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows unless the
+        GPU's tuning table gives a shape to the skinny GEMM).
         """
         cfg = self.config
         bk, slots_total = cfg.block_size, ctx.num_slots
@@ -443,7 +443,7 @@ class DFlashDrafter(nn.Module):
                     blocks[kind] = block_kernel(ctx.lengths, bk, *kind, options)
             x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind), options)
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
-        # with options, the draft's rows of a large head may take weaver's skinny GEMM (gemv.SKINNY_MAX_ROWS)
+        # with options, the draft's rows of a large head may take weaver's skinny GEMM (where it beats cuBLAS)
         if self.vocab_head is None:
             logits = gemv.project(lm_head, hidden.to(lm_head.weight.dtype), options).float()
         else:

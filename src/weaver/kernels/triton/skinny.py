@@ -12,7 +12,7 @@ wgmma applies, fed by a cp.async pipeline) and all input rows the right ([BLOCK_
 weight tile is read once). Shapes whose column blocks alone leave SMs idle (N = 5,120) split K over SPLIT programs
 that write fp32 partials, summed by one torch reduction. Reference: F.linear (+ SwiGLU), `weaver.kernels.gemv`.
 Session 50 built it for a sweep (`scripts/gpu/skinny_gemm_ab.py`) and an A/B of the 27B rounds; `gemv.linear`
-takes it only where `gemv.SKINNY_MAX_ROWS` allows (0 until a GPU measures it faster than cuBLAS).
+takes it only for the shapes a GPU's tuning table timed faster than cuBLAS (`beats_cublas`).
 """
 
 from __future__ import annotations
@@ -55,11 +55,23 @@ def skinny_config(n_out: int, k: int, rows: int, device: torch.device, swiglu: b
     return SkinnyTiles(64, 64, 4, 4, 1) if swiglu else SkinnyTiles(128, 64, 8, 4, 1)
 
 
+def skinny_key(n_out: int, k: int, rows: int, dtype: torch.dtype, swiglu: bool) -> str:
+    """The tuning table's shape key of a skinny GEMM (the row-tiled GEMM's format, no norm or residual)."""
+    return tuning.gemm_rows_key(n_out, k, rows, dtype, dtype, False, swiglu, False, False)
+
+
 def skinny_tiles_for(x: torch.Tensor, n_out: int, swiglu: bool) -> SkinnyTiles:
     """The launch of x [M, K] against n_out weight rows (gate and up pairs with swiglu): tuned, else the rule."""
     m, k = x.shape
-    key = tuning.gemm_rows_key(n_out, k, m, x.dtype, x.dtype, False, swiglu, False, False)
-    return SkinnyTiles(*tuning.tuned("skinny_gemm", key) or skinny_config(n_out, k, m, x.device, swiglu))
+    tuned = tuning.tuned("skinny_gemm", skinny_key(n_out, k, m, x.dtype, swiglu))
+    return SkinnyTiles(*tuned or skinny_config(n_out, k, m, x.device, swiglu))
+
+
+def beats_cublas(n_out: int, k: int, rows: int, dtype: torch.dtype, swiglu: bool) -> bool:
+    """Whether the GPU's tuning table timed this shape (or its nearest row count) faster than cuBLAS: the only
+    shapes `weaver.kernels.gemv.linear` gives this kernel. No table or no entry: False."""
+    entry = tuning.tuned_entry("skinny_gemm", skinny_key(n_out, k, rows, dtype, swiglu))
+    return entry is not None and entry.get("us", float("inf")) < entry.get("cublas_us", 0.0)
 
 
 @triton.jit
