@@ -142,6 +142,23 @@ def test_linear_takes_it_only_where_the_table_timed_it_faster(tmp_path, monkeypa
     assert len(ran) == 3
 
 
+def test_route_compiles_without_a_graph_break(tmp_path, monkeypatch):
+    """The table lookup is a constant to torch.compile (fullgraph, static shapes), taken or not: traced inline
+    it broke the graph in every large projection and the resumed frames hit dynamo's recompile limit (session 51)."""
+    x, w = _inputs(17, 64, gemv.GEMV_MIN_K, torch.bfloat16, 4)
+    key = skinny_key(64, gemv.GEMV_MIN_K, 17, torch.bfloat16, False)
+    path = tmp_path / "table.json"
+    entry = {"config": [16, 32, 1, 1, 1], "us": 1, "cublas_us": 2}
+    path.write_text(json.dumps({"best": {"skinny_gemm": {key: entry}}}))
+    monkeypatch.setattr(launch_config.settings(), "tuning", str(path))
+    torch._dynamo.reset()
+    routed = torch.compile(
+        lambda a, b: gemv.linear(a, b, TRITON, min_bytes=0), backend="eager", fullgraph=True, dynamic=False
+    )  # as the engine compiles its stages
+    assert_close("compiled route", _reference(x, w, False), routed(x, w), TOL[torch.bfloat16])
+    assert_close("compiled, no entry", _reference(x, w[:48], False), routed(x, w[:48]), TOL[torch.bfloat16])
+
+
 def test_skinny_op_passes_opcheck():
     x, w = _inputs(17, 64, 32, torch.bfloat16, 2)
     torch.library.opcheck(gemv.skinny_op, (x, w, False))

@@ -77,10 +77,18 @@ def _takes_skinny(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu:
     rows = x.numel() // max(x.shape[-1], 1)
     if not (2 <= rows <= SKINNY_MAX_ROWS and _large_16bit(x, weight, min_bytes)):
         return False
+    return _skinny_beats_cublas(weight.shape[0] // 2 if swiglu else weight.shape[0], weight.shape[1], rows,
+                                x.dtype, swiglu)  # fmt: skip
+
+
+@torch.compiler.assume_constant_result
+def _skinny_beats_cublas(n_out: int, k: int, rows: int, dtype: torch.dtype, swiglu: bool) -> bool:
+    """`skinny.beats_cublas`, a constant to torch.compile: the table lookup (file, lru caches) traced inline broke
+    the graph inside every projection of the 27B round, whose resumed frames then hit dynamo's recompile limit
+    (session 51, H100)."""
     from weaver.kernels.triton.skinny import beats_cublas
 
-    n_out = weight.shape[0] // 2 if swiglu else weight.shape[0]
-    return beats_cublas(n_out, weight.shape[1], rows, x.dtype, swiglu)
+    return beats_cublas(n_out, k, rows, dtype, swiglu)
 
 
 def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
