@@ -103,7 +103,7 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
 def configs(k: int, rows: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
     rows, row tiles that hold them in one or two M tiles."""
-    if rows > 1:  # session 50 (H100, 17 rows): 1.20-1.41x cuBLAS; skinny_gemm_ab.py sweeps the kernel that follows
+    if rows > 1:  # session 50 (H100, 17 rows): 1.20-1.41x cuBLAS (session 51's skinny GEMM: docs/performance.md)
         block_m = (32, 64) if rows > 32 else (32,) if rows > 16 else (16,)
         for bm, bn, bk, warps, stages in itertools.product(block_m, (32, 64, 128), (128, 256), (4, 8), (3, 5)):
             if (bm, bn) != (64, 128):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19, one device call (~600 s of command): the GPU work still owed after session 50, most needed first, each
+# Issue 19, one device call (~600 s of command): the GPU work still owed after session 51, most needed first, each
 # step bounded so a cut call still returns what ran (every file is written under $OUT as it goes).
 #   on an H200:
 #     1. profile.txt: the 27B rounds (ar / chain:16 / weaver:64) at the default capacity, the H200 figures issue 19
@@ -7,12 +7,11 @@
 #     2. gemv_m1.txt: weaver's GEMV against cuBLAS at M = 1 on the 27B shapes (today's rule was chosen on an H100);
 #        where cuBLAS wins, the AR step's rule needs an H200 entry;
 #     3. gemv_swiglu.txt: gate_up with SwiGLU in the GEMV's epilogue against cuBLAS + torch's SwiGLU;
-#   then, on either card, scripts/gpu/skinny_ab.sh (the skinny GEMM for the verify) in the next call.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 OUT=${OUT:-/tmp/owed_out}
 source scripts/gpu/common.sh
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  echo "not an H200: run scripts/gpu/skinny_ab.sh instead"
+  echo "not an H200: these figures are the H200's"
   exit 0
 fi
 profile="scripts/gpu/round_profile.py --model qwen3.6-27b-shape --drafter published --adapter paper --reps 20 --top 14"

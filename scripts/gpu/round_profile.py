@@ -202,9 +202,7 @@ def main() -> int:
                              "inductor's): the PDL A/B")
     parser.add_argument("--no-inductor-pdl", action="store_true",
                         help="inductor's kernels without PDL, weaver's with it: session 49's change alone, the A/B")
-    parser.add_argument("--tuning", default=None,
-                        help="RuntimeOptions.tuning: a tuning table (JSON) or none; skinny_gemm_ab.py's table routes "
-                             "the shapes it timed faster than cuBLAS through the skinny GEMM (that A/B)")
+    parser.add_argument("--tuning", default=None, help="RuntimeOptions.tuning: a tuning table (JSON) or none")
     args = parser.parse_args()
     if args.no_inductor_pdl:
         without_inductor_pdl()

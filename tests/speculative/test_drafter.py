@@ -136,7 +136,7 @@ def test_matches_cache_free_reference(overrides, kernels):
 
 def test_draft_with_options_routes_its_mlps_and_head_through_gemv(monkeypatch):
     """With options the draft's MLPs and head, and the context's fc and K/V projection, go through
-    `weaver.kernels.gemv` (where the skinny GEMM takes a large weight's rows if the tuning table says it wins);
+    `weaver.kernels.gemv` (one entry point for a large weight's projections, whatever kernel it picks);
     at these small weights that is F.linear, bit for bit."""
     from weaver.kernels import gemv
 

@@ -8,11 +8,9 @@ has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
 24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
-own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. A few rows of the
-same weights (2 to SKINNY_MAX_ROWS) take the skinny GEMM (`triton.skinny`) where the GPU's tuning table timed
-it faster than cuBLAS at that shape (`skinny.beats_cublas`; no table entry, no route). Under
-torch.compile the kernels are the custom ops `weaver::gemv` and `weaver::skinny_gemm`; this module imports
-without triton.
+own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Several rows keep
+F.linear: cuBLAS beat weaver's row-tiled and skinny Triton GEMMs in the 27B rounds (docs/performance.md, sessions
+50-51). Under torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
 """
 
 from __future__ import annotations
@@ -23,15 +21,11 @@ import torch.nn.functional as F
 from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
-__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "SKINNY_MAX_ROWS", "gemv_op", "linear", "project", "skinny_op"]
+__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
-# Input rows from 2 up to this may take weaver's skinny GEMM (`triton.skinny`: a verify's 17 / 65, a draft's 16)
-# for the weights the GEMV would take at one row, any K, where the tuning table says it wins (one program holds
-# up to 128 rows; scripts/gpu/skinny_gemm_ab.py writes the table, round_profile.py --tuning is the A/B)
-SKINNY_MAX_ROWS = 128
 
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
@@ -42,18 +36,9 @@ def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor
     return gemv(x, weight, swiglu)
 
 
-@torch.library.custom_op("weaver::skinny_gemm", mutates_args=())
-def skinny_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    """`weaver.kernels.triton.skinny.skinny_gemm` as a custom op: x [M, K] -> [M, N] ([M, N / 2] with swiglu)."""
-    from weaver.kernels.triton.skinny import skinny_gemm
-
-    return skinny_gemm(x, weight, swiglu)
-
-
 @gemv_op.register_fake
-@skinny_op.register_fake
 def _projection_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    """Both ops' output: one row per input row, N columns (N / 2 with swiglu)."""
+    """The op's output: one row per input row, N columns (N / 2 with swiglu)."""
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
@@ -69,26 +54,6 @@ def _large_16bit(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
         and weight.shape[-1] >= GEMV_MIN_K
         and weight.numel() * weight.element_size() >= min_bytes
     )
-
-
-def _takes_skinny(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: bool) -> bool:
-    """2 to SKINNY_MAX_ROWS input rows of a large 16-bit weight, at a shape the tuning table timed faster than
-    cuBLAS (asked last: only then is triton imported)."""
-    rows = x.numel() // max(x.shape[-1], 1)
-    if not (2 <= rows <= SKINNY_MAX_ROWS and _large_16bit(x, weight, min_bytes)):
-        return False
-    return _skinny_beats_cublas(weight.shape[0] // 2 if swiglu else weight.shape[0], weight.shape[1], rows,
-                                x.dtype, swiglu)  # fmt: skip
-
-
-@torch.compiler.assume_constant_result
-def _skinny_beats_cublas(n_out: int, k: int, rows: int, dtype: torch.dtype, swiglu: bool) -> bool:
-    """`skinny.beats_cublas`, a constant to torch.compile: the table lookup (file, lru caches) traced inline broke
-    the graph inside every projection of the 27B round, whose resumed frames then hit dynamo's recompile limit
-    (session 51, H100)."""
-    from weaver.kernels.triton.skinny import beats_cublas
-
-    return beats_cublas(n_out, k, rows, dtype, swiglu)
 
 
 def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
@@ -108,10 +73,6 @@ def linear(
     if kernels and _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
-        return out.view(*x.shape[:-1], out.shape[-1])
-    if kernels and use_kernel(options, x, weight) and _takes_skinny(x, weight, min_bytes, swiglu):
-        rows = x.reshape(-1, x.shape[-1])
-        out = launch(skinny_op, "weaver.kernels.triton.skinny", "skinny_gemm", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
     y = F.linear(x, weight)
     if not swiglu:

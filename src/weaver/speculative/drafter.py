@@ -373,7 +373,7 @@ class DFlashDrafter(nn.Module):
 
         Token j of row b lands at position ctx.lengths[b] + j. Rows' unused entries (j >= counts[b]) are
         written to the last scratch slot, which no context query reads. No host sync: graph-capturable. With
-        options, `fc` and the context K/V projection go through weaver.kernels.gemv (the skinny GEMM's rows).
+        options, `fc` and the context K/V projection go through weaver.kernels.gemv (F.linear for several rows).
         """
         t = features.shape[1]
         if t == 0:
@@ -425,8 +425,8 @@ class DFlashDrafter(nn.Module):
 
         Writes the block's K/V into the scratch slots after the context (the context itself is untouched).
         With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`)
-        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows unless the
-        GPU's tuning table gives a shape to the skinny GEMM).
+        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows: cuBLAS beat
+        weaver's Triton GEMMs there, sessions 50-51).
         """
         cfg = self.config
         bk, slots_total = cfg.block_size, ctx.num_slots
@@ -443,7 +443,6 @@ class DFlashDrafter(nn.Module):
                     blocks[kind] = block_kernel(ctx.lengths, bk, *kind, options)
             x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind), options)
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
-        # with options, the draft's rows of a large head may take weaver's skinny GEMM (where it beats cuBLAS)
         if self.vocab_head is None:
             logits = gemv.project(lm_head, hidden.to(lm_head.weight.dtype), options).float()
         else:

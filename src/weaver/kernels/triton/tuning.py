@@ -11,8 +11,6 @@ rows the sweep never saw was up to 3x slower, rounds/issue16_ab), else the kerne
     gemm_rows          fused_gemv's row-tiled launch: GemmTiles (block_m, block_n, block_k, num_warps, num_stages)
     tree_attention     (block_r, block_s, num_warps, num_stages)
     tree_rope_kv_write (num_warps,)
-    skinny_gemm        the skinny GEMM's SkinnyTiles, with "us" and "cublas_us": a shape takes it only where
-                       the sweep (scripts/gpu/skinny_gemm_ab.py) timed it faster than cuBLAS
 """
 
 from __future__ import annotations
@@ -106,18 +104,16 @@ def nearest_entry(entries: dict, key: str) -> dict | None:
 def tuned(kernel: str, key: str) -> list | None:
     """The measured configuration of `kernel` at shape `key` or its nearest row count, or None (no table, or
     no measured row count of that shape)."""
-    entry = tuned_entry(kernel, key)
-    return None if entry is None else list(entry["config"])
-
-
-def tuned_entry(kernel: str, key: str) -> dict | None:
-    """`tuned`'s whole table entry (the config and what the sweep timed beside it; read only), or None."""
     path = table_path()
-    return _resolved(path, kernel, key) if path else None
+    if not path:
+        return None
+    config = _resolved(path, kernel, key)
+    return None if config is None else list(config)
 
 
 @functools.lru_cache(maxsize=512)
-def _resolved(path: str, kernel: str, key: str) -> dict | None:
-    """`tuned_entry`'s lookup, once per (table, kernel, shape): launchers ask at every eager launch, and a shape
-    the table lacks would otherwise parse every key of its kernel each time."""
-    return nearest_entry(_table(path).get(kernel, {}), key)
+def _resolved(path: str, kernel: str, key: str) -> tuple | None:
+    """`tuned`'s lookup, once per (table, kernel, shape): launchers ask at every eager launch, and a shape the
+    table lacks would otherwise parse every key of its kernel each time."""
+    entry = nearest_entry(_table(path).get(kernel, {}), key)
+    return None if entry is None else tuple(entry["config"])
