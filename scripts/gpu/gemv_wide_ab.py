@@ -61,15 +61,15 @@ def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> 
         fused_gemv(x, w, out=out, config=config)
 
 
-def with_blas(library: str, fn):
-    """fn() with `library` as torch's preferred BLAS, then the previous choice again (torch's default may not pick
-    the best kernel for one row or a verify's few)."""
-    previous = torch.backends.cuda.preferred_blas_library()
-    torch.backends.cuda.preferred_blas_library(library)
+def cublaslt_us(fn, calls: int, reps: int) -> float:
+    """us_per_call of a torch.matmul list with cuBLASLt as torch's preferred BLAS (then back to the default): at a
+    verify's rows torch's default library may not pick the best skinny-M kernel."""
+    default = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
     try:
-        return fn()
+        return us_per_call(fn, calls, reps)
     finally:
-        torch.backends.cuda.preferred_blas_library(previous)
+        torch.backends.cuda.preferred_blas_library(default)
 
 
 def cublas_swiglu(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
@@ -136,7 +136,7 @@ def main() -> None:
         calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
-        lt = with_blas("cublaslt", partial(us_per_call, partial(run, cublas, calls), copies, args.reps))
+        lt = cublaslt_us(partial(run, cublas, calls), copies, args.reps)
         results = []
         for cfg in configs(k, args.rows):
             try:

@@ -78,7 +78,7 @@ class OracleDrafter:
     def new_context(self, batch_size: int, capacity: int):
         return SimpleNamespace(lengths=torch.zeros(batch_size, dtype=torch.long, device=self.device))
 
-    def append_context(self, ctx, features, counts=None, options=None) -> None:
+    def append_context(self, ctx, features, counts=None) -> None:
         ctx.lengths += features.shape[1] if counts is None else counts
 
     def draft(self, ctx, root, embed_tokens, lm_head, options=None):

@@ -134,38 +134,6 @@ def test_matches_cache_free_reference(overrides, kernels):
         assert_close(f"hidden row {b}", ref_hidden, out.hidden[b], 1e-5)
 
 
-def test_draft_with_options_routes_its_mlps_and_head_through_gemv(monkeypatch):
-    """With options the draft's MLPs and head, and the context's fc and K/V projection, go through
-    `weaver.kernels.gemv` (one entry point for a large weight's projections, whatever kernel it picks);
-    at these small weights that is F.linear, bit for bit."""
-    from weaver.kernels import gemv
-
-    drafter = make_drafter().fuse_projections()
-    embed, head = target_io()
-    features = random_features(drafter, 2, 9)
-    want, _ = run(drafter, features, [9, 4], [3, 7], embed, head)
-    seen = []
-    real_linear = gemv.linear
-
-    def recording(x, w, options, *args, **kwargs):  # the calls that carry the round's options
-        if options is not None:
-            seen.append(tuple(w.shape))
-        return real_linear(x, w, options, *args, **kwargs)
-
-    monkeypatch.setattr(gemv, "linear", recording)
-    options = RuntimeOptions(kernels="torch")
-    got, _ = run(drafter, features, [9, 4], [3, 7], embed, head, options=options)
-    assert torch.equal(got.logits, want.logits) and torch.equal(got.hidden, want.hidden)
-    mlp = tuple(drafter.layers[0].mlp.fused.weight.shape)
-    assert seen.count(mlp) == len(drafter.layers) and seen[-1] == tuple(head.weight.shape)
-    seen.clear()  # the context: fc, then every layer's K/V in one projection
-    plain, routed = drafter.new_context(2, 24), drafter.new_context(2, 24)
-    drafter.append_context(plain, features)
-    drafter.append_context(routed, features, options=options)
-    assert seen == [tuple(drafter.fc.weight.shape), tuple(drafter.context_kv.weight.shape)]
-    assert all(torch.equal(a, b) for a, b in zip(plain.stacked, routed.stacked, strict=True))
-
-
 def test_draft_independent_of_append_chunking():
     drafter = make_drafter(layer_types=["sliding_attention", "full_attention"], sliding_window=6)
     embed, head = target_io()

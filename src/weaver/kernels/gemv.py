@@ -8,9 +8,8 @@ has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
 24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
-own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Several rows keep
-F.linear: cuBLAS beat weaver's row-tiled and skinny Triton GEMMs in the 27B rounds (docs/performance.md, sessions
-50-51). Under torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
+own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
+torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
 """
 
 from __future__ import annotations
@@ -37,40 +36,34 @@ def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor
 
 
 @gemv_op.register_fake
-def _projection_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    """The op's output: one row per input row, N columns (N / 2 with swiglu)."""
+def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
 
-def _large_16bit(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
-    """A 16-bit weight of at least min_bytes, laid out as the kernels read it, in x's dtype and width."""
+def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
+    """One input row, a large 16-bit weight of rows no longer than GEMV_MAX_K, laid out as the kernel reads it."""
+    k = weight.shape[-1]
     return (
-        x.shape[-1] == weight.shape[-1]
+        x.numel() == k
         and x.dtype == weight.dtype
         and weight.dtype in (torch.bfloat16, torch.float16)
         and weight.dim() == 2
         and weight.is_contiguous()
-        and weight.shape[-1] >= GEMV_MIN_K
+        and GEMV_MIN_K <= k <= GEMV_MAX_K
         and weight.numel() * weight.element_size() >= min_bytes
     )
-
-
-def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
-    """One input row, a large 16-bit weight of rows no longer than GEMV_MAX_K, laid out as the kernel reads it."""
-    return x.numel() == weight.shape[-1] <= GEMV_MAX_K and _large_16bit(x, weight, min_bytes)
 
 
 def linear(
     x: torch.Tensor,  # [..., K]
     weight: torch.Tensor,  # [N, K]
-    options: RuntimeOptions | None,  # None: F.linear (a caller without a runtime, e.g. training)
+    options: RuntimeOptions,
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int = GEMV_MIN_BYTES,
 ) -> torch.Tensor:
     """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight, else F.linear."""
-    kernels = options is not None
-    if kernels and _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
+    if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
@@ -81,6 +74,6 @@ def linear(
     return F.silu(gate) * up
 
 
-def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions | None) -> torch.Tensor:
-    """layer(x) for an nn.Linear, a large bias-free weight through `linear` (options None: layer(x) exactly)."""
+def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
+    """layer(x) for an nn.Linear, one row of a large bias-free weight through `linear`."""
     return layer(x) if layer.bias is not None else linear(x, layer.weight, options)

@@ -33,7 +33,6 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from weaver.kernels import gemv
 from weaver.kernels.slots import write_slots
 from weaver.kernels.split_attention import attend_tree
 from weaver.models.checkpoint import stored_dtype, write_checkpoint
@@ -157,10 +156,9 @@ class DrafterLayer(nn.Module):
         mask: torch.Tensor,  # [B, 1, Bk, S]
         rope: tuple[torch.Tensor, torch.Tensor],
         block: BlockKernel | None = None,
-        options: RuntimeOptions | None = None,  # the MLP's large projections through weaver.kernels.gemv
     ) -> torch.Tensor:
         x = x + self.self_attn(self.input_layernorm(x), k_cache, v_cache, slots, mask, rope, block)
-        return x + self.mlp(self.post_attention_layernorm(x), options)
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class BlockKernel(NamedTuple):
@@ -360,20 +358,15 @@ class DFlashDrafter(nn.Module):
         lengths = torch.zeros(batch_size, dtype=torch.long, device=self.device)
         return DrafterContext(stacked=stacked, lengths=lengths, capacity=capacity)
 
-    def fuse_features(self, features: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
-        """Target features [B, T, n*H] -> one context vector per token [B, T, H] (with options, `fc` through
-        weaver.kernels.gemv)."""
-        return self.hidden_norm(gemv.project(self.fc, features.to(self.dtype), options))
+    def fuse_features(self, features: torch.Tensor) -> torch.Tensor:
+        """Target features [B, T, n*H] -> one context vector per token [B, T, H]."""
+        return self.hidden_norm(self.fc(features.to(self.dtype)))
 
-    def append_context(
-        self, ctx: DrafterContext, features: torch.Tensor, counts: torch.Tensor | None = None,
-        options: RuntimeOptions | None = None,
-    ) -> None:  # fmt: skip
+    def append_context(self, ctx: DrafterContext, features: torch.Tensor, counts: torch.Tensor | None = None) -> None:
         """Append newly committed tokens: features [B, T, n*H] in order; row b takes its first counts[b] (default T).
 
         Token j of row b lands at position ctx.lengths[b] + j. Rows' unused entries (j >= counts[b]) are
-        written to the last scratch slot, which no context query reads. No host sync: graph-capturable. With
-        options, `fc` and the context K/V projection go through weaver.kernels.gemv (F.linear for several rows).
+        written to the last scratch slot, which no context query reads. No host sync: graph-capturable.
         """
         t = features.shape[1]
         if t == 0:
@@ -383,15 +376,12 @@ class DFlashDrafter(nn.Module):
         slots = positions
         if counts is not None:
             slots = torch.where(j[None, :] < counts[:, None], positions, ctx.num_slots - 1)
-        c = self.fuse_features(features, options)  # [B, T, H]
+        c = self.fuse_features(features)  # [B, T, H]
         rope = rope_cos_sin(positions, self.rope_inv_freq, c.dtype)
-        kv = self.context_key_value(c, rope, options)
-        write_slots(*ctx.stacked, slots, *kv)  # [B, L, Hkv, T, D]: all layers at once
+        write_slots(*ctx.stacked, slots, *self.context_key_value(c, rope))  # [B, L, Hkv, T, D]: all layers at once
         ctx.lengths.add_(t if counts is None else counts.to(ctx.lengths.dtype))
 
-    def context_key_value(
-        self, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], options: RuntimeOptions | None = None
-    ) -> tuple[torch.Tensor, ...]:
+    def context_key_value(self, c: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, ...]:
         """Every layer's `key_value` of context vectors c [B, T, H] at once: K, V [B, L, Hkv, T, D].
 
         One GEMM (the fused weight, else the layers' weights concatenated here), one k-norm, one RoPE."""
@@ -399,7 +389,7 @@ class DFlashDrafter(nn.Module):
         attns = [layer.self_attn for layer in self.layers]
         fused = self.context_kv or FusedLinear([lin for a in attns for lin in (a.k_proj, a.v_proj)], share=False)
         b, t, _ = c.shape
-        kv = fused.linear(c, options).view(b, t, num_layers, 2, cfg.num_key_value_heads, cfg.head_dim)
+        kv = fused.linear(c).view(b, t, num_layers, 2, cfg.num_key_value_heads, cfg.head_dim)
         k_norm = self.context_k_norm
         if k_norm is None:
             k_norm = torch.stack([a.k_norm.weight for a in attns])[:, None]  # [L, 1, D]
@@ -424,9 +414,7 @@ class DFlashDrafter(nn.Module):
         """One drafter pass over `[root, MASK x (Bk-1)]` (root [B]) after each row's context.
 
         Writes the block's K/V into the scratch slots after the context (the context itself is untouched).
-        With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`)
-        and the MLPs and the head go through `weaver.kernels.gemv.linear` (F.linear at these rows: cuBLAS beat
-        weaver's Triton GEMMs there, sessions 50-51).
+        With `options`, the attention runs the prefix-split kernel where it may (`weaver.kernels.split_attention`).
         """
         cfg = self.config
         bk, slots_total = cfg.block_size, ctx.num_slots
@@ -441,10 +429,10 @@ class DFlashDrafter(nn.Module):
                 masks[kind] = block_mask(ctx.lengths, bk, slots_total, *kind)
                 if options is not None:
                     blocks[kind] = block_kernel(ctx.lengths, bk, *kind, options)
-            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind), options)
+            x = layer(x, ctx.k[i], ctx.v[i], slots, masks[kind], rope, blocks.get(kind))
         hidden = self.norm(x[:, 1:])  # [B, Bk-1, H]
         if self.vocab_head is None:
-            logits = gemv.project(lm_head, hidden.to(lm_head.weight.dtype), options).float()
+            logits = lm_head(hidden.to(lm_head.weight.dtype)).float()
         else:
-            logits = gemv.linear(hidden.to(self.vocab_head.dtype), self.vocab_head, options).float()
+            logits = F.linear(hidden.to(self.vocab_head.dtype), self.vocab_head).float()
         return DraftOutput(logits=self.full_vocab(logits, lm_head.out_features), hidden=hidden)

@@ -115,7 +115,7 @@ def speculative_stages(
         target.commit(state.cache, result.path, result.num_accepted)
         path = result.path.clamp(min=0)
         features = out.captured.gather(1, path[:, :, None].expand(-1, -1, out.captured.shape[-1]))
-        drafter.append_context(state.context, features, result.num_accepted, options=options)
+        drafter.append_context(state.context, features, result.num_accepted)
         last = path.gather(1, (result.num_accepted - 1)[:, None])  # [B, 1] last accepted node
         hidden = out.hidden.gather(1, last[:, :, None].expand(-1, -1, out.hidden.shape[-1]))[:, 0]
         state.target_hidden.copy_(hidden)  # in place: captured graphs hold these addresses
@@ -179,7 +179,7 @@ def padded_speculative_prefill(
     cache.lengths.copy_(count)  # the pads are not committed
     state.root.copy_(sample_next_token(out.logits[:, 0], params, generator, options))
     state.target_hidden.copy_(out.hidden[:, 0])
-    drafter.append_context(state.context, out.captured, counts=count, options=options)
+    drafter.append_context(state.context, out.captured, counts=count)
     return state.root
 
 
