@@ -40,6 +40,16 @@ def test_scale_report_on_cpu(tmp_path):
     assert main([*argv[:-4], "--tau-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
 
 
+def test_scale_skips_verify_and_prefill_when_given_none(tmp_path):
+    """A run split over device calls measures the verify-alone rows and the prefill in one call only."""
+    out = tmp_path / "out"
+    assert main(["bench", "scale", "--model", "tiny-qwen3_5", "--device", "cpu", "--methods", "ar",
+                 "--verify-nodes", "--prefill", "--context", "8", "--new-tokens", "2", "--prompts", "1",
+                 "--drafter", "random:1", "--adapter", "random:16", "--out", str(out)]) == 0  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert report["verify"] == [] and report["prefill"] == [] and [r["method"] for r in report["rows"]] == ["ar"]
+
+
 def test_published_drafter_shape_at_27b():
     cfg = published_drafter_config(ModelConfig.from_hf(preset_config("qwen3.6-27b-shape")))
     assert cfg.target_layer_ids == [1, 16, 31, 46, 61] and cfg.mask_token_id == 248070

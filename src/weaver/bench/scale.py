@@ -53,9 +53,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--methods", nargs="+", default=["ar", "chain", "ddtree", "weaver"])
     parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128], help="ddtree / weaver budgets")
     parser.add_argument("--chain-budget", type=int, default=16, help="chain drafts per round (block 16: 15)")
-    parser.add_argument("--verify-nodes", nargs="+", type=int, default=[16, 32, 64, 128],
-                        help="non-root nodes of the verify-alone trees and chains")
-    parser.add_argument("--prefill", nargs="+", type=int, default=[1024, 4096], help="prompt lengths to prefill")
+    parser.add_argument("--verify-nodes", nargs="*", type=int, default=[16, 32, 64, 128],
+                        help="non-root nodes of the verify-alone trees and chains (none: skip them)")
+    parser.add_argument("--prefill", nargs="*", type=int, default=[1024, 4096],
+                        help="prompt lengths to prefill (none: skip)")
     parser.add_argument("--context", type=int, default=512, help="prompt tokens before the rounds and verifies")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens per generation in the round rows")
     parser.add_argument("--prompts", type=int, default=2, help="generations per round row")
