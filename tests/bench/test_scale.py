@@ -50,6 +50,34 @@ def test_scale_skips_verify_and_prefill_when_given_none(tmp_path):
     assert report["verify"] == [] and report["prefill"] == [] and [r["method"] for r in report["rows"]] == ["ar"]
 
 
+def _fake_report(path, rows, verify=(), prefill=(), device="gpu0"):
+    """A bench scale report.json with the given rows (method, budget, round ms)."""
+    report = {"command": f"weaver bench scale {path.name}", "model": "m", "device": device, "dtype": "bf16",
+              "context": 8, "bytes": {"target": 10, "ar_step_read": 8, "drafter": 1, "adapter": 1},
+              "copy_GBps": 1.0, "ar_floor_ms": 1.0, "verify": list(verify), "prefill": list(prefill),
+              "rows": [{"method": m, "budget": b, "tau": 1.0, "rounds": 1, "tok_per_s": 1.0, "cuda_graphs": True,
+                        "round_ms": ms, "stage_ms": {"verify": ms}} for m, b, ms in rows]}  # fmt: skip
+    path.mkdir()
+    (path / "report.json").write_text(json.dumps(report))
+    return str(path / "report.json")
+
+
+def test_scale_merge_keeps_the_first_ar_row_and_every_other_row(tmp_path):
+    a = _fake_report(tmp_path / "a", [("ar", 0, 10.0), ("chain", 16, 12.0)])
+    b = _fake_report(tmp_path / "b", [("ar", 0, 11.0), ("weaver", 64, 14.0)],
+                     verify=[{"kind": "chain", "budget": 16, "nodes": 17, "depth": 16, "ms": 11.0}])
+    out = tmp_path / "merged"
+    assert main(["bench", "scale", "--merge", a, b, "--out", str(out)]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [(r["method"], r["round_ms"]) for r in report["rows"]] == [("ar", 10.0), ("chain", 12.0), ("weaver", 14.0)]
+    assert [p["round_over_ar"] for p in report["projection"]] == [1.2, 1.4]
+    assert len(report["verify"]) == 1 and len(report["merged_from"]) == 2
+    assert "Merged from 2 runs" in (out / "report.md").read_text()
+    other = _fake_report(tmp_path / "c", [("ar", 0, 9.0)], device="gpu1")
+    assert main(["bench", "scale", "--merge", a, other, "--out", str(out)]) == 2  # another machine: a clear error
+    assert main(["bench", "scale", "--merge", str(tmp_path / "none.json"), "--out", str(out)]) == 2
+
+
 def test_published_drafter_shape_at_27b():
     cfg = published_drafter_config(ModelConfig.from_hf(preset_config("qwen3.6-27b-shape")))
     assert cfg.target_layer_ids == [1, 16, 31, 46, 61] and cfg.mask_token_id == 248070

@@ -146,8 +146,10 @@ def markdown_table(report: dict) -> str:
     head += "|---|---:|---:|---:|---:|---:|" + "---:|" * (len(STAGES) - 1) + "\n"
     how = ("the round from one captured graph per round, the stages from five (one per stage)"
            if any(r["cuda_graphs"] for r in report["rows"]) else "eager rounds, host clocks around each stage")
-    lines = [f"`{report['command']}` on {report['device']} ({report['dtype']}). Speculative rows: medians over "
-             f"rounds; {how}; ar: the mean decode step.\n\n", head]
+    speculative = any(r["method"] != "ar" for r in report["rows"])
+    lines = [f"`{report['command']}` on {report['device']} ({report['dtype']}). "
+             + (f"Speculative rows: medians over rounds; {how}; " if speculative else "")
+             + "ar: the mean decode step.\n\n", head]
     ar_ms = ar_step_ms(report["rows"])
     for r in report["rows"]:
         ratio = f"{r['round_ms'] / ar_ms:.2f}" if ar_ms and r["method"] != "ar" else ""

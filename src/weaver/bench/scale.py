@@ -67,11 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None, help="default: bf16 on cuda, fp32 on cpu")
     parser.add_argument("--out", default="benchmarks/results/scale", help="directory for report.json / report.md")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="REPORT",
+                        help="measure nothing: merge these report.json files (runs split over calls on one machine) "
+                             "into --out, the first file's AR row and bandwidth for every ratio")
     add_runtime_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     taus = measured_tau(args.tau_from)  # a bad file fails before the model is built
+    if args.merge:
+        report = merge_reports([Path(p) for p in args.merge])
+        report["command"] = " ".join(["weaver", "bench", "scale", *sys.argv[3:]])
+        report["projection"] = projection(report, taus)
+        write_report(report, Path(args.out))
+        print(markdown(report))
+        return 0
     llm = build(args)
     if args.draft_vocab:
         llm.set_draft_vocab(args.draft_vocab)
@@ -87,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
     def save() -> None:
         report["projection"] = projection(report, taus)
         report["compile_fallbacks"] = dict(llm.engine.compile_fallbacks)
-        (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
-        (out / "report.md").write_text(markdown(report))
+        write_report(report, out)
 
     bw = copy_bandwidth(llm.model.device)
     report["copy_GBps"] = bw / 1e9
@@ -123,6 +132,45 @@ def run(args: argparse.Namespace) -> int:
     print(markdown(report))
     warn_fallbacks(report["compile_fallbacks"])
     return 0
+
+
+def write_report(report: dict, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")
+    (out / "report.md").write_text(markdown(report))
+
+
+def merge_reports(paths: list[Path]) -> dict:
+    """One report from runs that one command could not hold (a device call's time limit): the first file's header,
+    bandwidth and AR row, then every file's speculative rows, verify-alone rows and prefills in order."""
+    from weaver.errors import WeaverError
+
+    reports = []
+    for path in paths:
+        try:
+            reports.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WeaverError(f"--merge {path}: not a bench scale report.json ({exc})") from None
+    first = reports[0]
+    for path, r in zip(paths, reports, strict=True):
+        if any(k not in r for k in ("rows", "verify", "prefill", "bytes")):
+            raise WeaverError(f"--merge {path}: not a bench scale report.json (no rows / verify / prefill / bytes)")
+        if _machine(r) != _machine(first):
+            raise WeaverError(f"--merge {path}: %s on %s (%s) is not the first report's %s on %s (%s)"
+                              % (*_machine(r), *_machine(first)))
+    merged = {**first, "merged_from": [r["command"] for r in reports], "rows": [], "verify": [], "prefill": [],
+              "compile_fallbacks": {}}  # fmt: skip
+    ar = next((row for r in reports for row in r["rows"] if row["method"] == "ar"), None)
+    merged["rows"] = ([ar] if ar else []) + [row for r in reports for row in r["rows"] if row["method"] != "ar"]
+    for r in reports:
+        merged["verify"] += r["verify"]
+        merged["prefill"] += r["prefill"]
+        merged["compile_fallbacks"].update(r.get("compile_fallbacks") or {})
+    return merged
+
+
+def _machine(report: dict) -> tuple:
+    return report.get("model"), report.get("device"), report.get("dtype")
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -336,7 +384,10 @@ def markdown(report: dict) -> str:
 
     b = report["bytes"]
     ar_ms = rounds.ar_step_ms(report["rows"])
-    lines = [f"# Scale: {report['model']} on {report['device']} ({report['dtype']})\n\n`{report['command']}`\n\n",
+    runs = report.get("merged_from") or [report["command"]]
+    lines = [f"# Scale: {report['model']} on {report['device']} ({report['dtype']})\n\n",
+             "" if len(runs) == 1 else f"Merged from {len(runs)} runs on one machine (the AR row and bandwidth are "
+             "the first's):\n\n", "".join(f"`{c}`\n\n" for c in runs),
              f"Weights: target {b['target'] / 1e9:.2f} GB (an AR step reads {b['ar_step_read'] / 1e9:.2f} GB), drafter "
              f"{b['drafter'] / 1e9:.2f} GB, adapter {b['adapter'] / 1e6:.1f} MB. Copy bandwidth "
              f"{report.get('copy_GBps', 0):.0f} GB/s (read + write): AR floor {f(report.get('ar_floor_ms'))} ms"]
