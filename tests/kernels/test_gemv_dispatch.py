@@ -9,12 +9,14 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 
 from weaver.kernels import gemv
 from weaver.kernels.triton.decode import gemv_config
+from weaver.kernels.triton.gemv_tiles import gemv_long_rows
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
 TRITON, TORCH = RuntimeOptions(kernels="triton"), RuntimeOptions(kernels="torch")
-# interpreted: a narrow weight at the long-tile K; compiled: the Qwen3.6-27B GDN out_proj and a SwiGLU block
-SHAPES = [(5120, 6144), (2 * 8704, 5120)] if FULL else [(48, 4096)]
+# interpreted: narrow weights at the long-tile K and past it; compiled: the Qwen3.6-27B GDN out_proj, a SwiGLU
+# block and the down projection (K = 17,408: gemv_tiles; with swiglu=True it stays on F.linear)
+SHAPES = [(5120, 6144), (2 * 8704, 5120), (5120, 17408)] if FULL else [(48, 4096), (10, 8192 + 1024)]
 
 
 def _weights(n: int, k: int, seed: int = 0):
@@ -39,12 +41,13 @@ def test_gemv_linear_matches_f_linear(shape, swiglu):
 
 @pytest.mark.parametrize(
     "case",
-    ["two rows", "short K", "long K", "fp32", "kernels=torch", "small weight"],
+    ["two rows", "short K", "long K, no tiles", "long K, swiglu", "fp32", "kernels=torch", "small weight"],
 )
 def test_gemv_linear_keeps_f_linear_outside_its_range(case, monkeypatch):
-    """Outside one row of a large 16-bit weight with gemv.GEMV_MIN_K <= K <= GEMV_MAX_K, `linear` is F.linear
-    exactly (the kernel is never reached: it raises if it is)."""
-    k = {"short K": gemv.GEMV_MIN_K // 2, "long K": gemv.GEMV_MAX_K * 2}.get(case, gemv.GEMV_MIN_K)
+    """Outside one row of a large 16-bit weight with gemv.GEMV_MIN_K <= K <= GEMV_MAX_K, or longer rows that
+    `long_row_tiles` covers (no SwiGLU), `linear` is F.linear exactly (the kernel is never reached: it raises)."""
+    k = {"short K": gemv.GEMV_MIN_K // 2, "long K, no tiles": gemv.GEMV_MAX_K + 960,  # 512 + 256 + 128 + 64
+         "long K, swiglu": gemv.GEMV_MAX_K + 1024}.get(case, gemv.GEMV_MIN_K)  # fmt: skip
     x, w = _weights(16, k)
     if case == "two rows":
         x = torch.cat([x, x], dim=1)
@@ -52,13 +55,55 @@ def test_gemv_linear_keeps_f_linear_outside_its_range(case, monkeypatch):
         x, w = x.float(), w.float()
     options = TORCH if case == "kernels=torch" else TRITON
     min_bytes = gemv.GEMV_MIN_BYTES if case == "small weight" else 0
+    swiglu = case == "long K, swiglu"
 
     def no_kernel(*args):
         raise AssertionError("the GEMV kernel ran")
 
     monkeypatch.setattr(gemv, "launch", no_kernel)
-    got = gemv.linear(x, w, options, min_bytes=min_bytes)
-    assert torch.equal(got, F.linear(x, w))
+    got = gemv.linear(x, w, options, swiglu=swiglu, min_bytes=min_bytes)
+    want = F.linear(x, w)
+    if swiglu:
+        gate, up = want.chunk(2, dim=-1)
+        want = F.silu(gate) * up
+    assert torch.equal(got, want)
+
+
+def test_gemv_linear_takes_the_long_row_kernel_past_the_tile(monkeypatch):
+    """A row longer than GEMV_MAX_K that long_row_tiles covers reaches the kernel (gemv_tiles' launcher)."""
+    calls = []
+    real = gemv.launch
+    monkeypatch.setattr(gemv, "launch", lambda *args: calls.append(args[1:3]) or real(*args))
+    x, w = _weights(10, gemv.GEMV_MAX_K + 1024)
+    assert_close("long rows", F.linear(x.float(), w.float()), gemv.linear(x, w, TRITON, min_bytes=0), 2e-2)
+    assert calls == [("weaver.kernels.triton.gemv_tiles", "gemv")]
+
+
+@pytest.mark.parametrize(
+    ("k", "want"),
+    [(17408, (2, (1024,))), (16384, (2, ())), (12288, (1, (4096,))), (14336, (1, (4096, 2048))),
+     (8192 + 960, None), (8192 + 32, None), (1024, (0, (1024,))), (0, None)],
+)  # fmt: skip
+def test_long_row_tiles_cover_k_exactly(k, want):
+    got = gemv.long_row_tiles(k)
+    assert got == want
+    if got is not None:
+        assert got[0] * gemv.GEMV_TILE_K + sum(got[1]) == k
+
+
+@pytest.mark.parametrize(("n", "k", "block_n"), [(5, 3 * 64 + 32 + 16 + 8, 2), (7, 64, 4), (3, 8, 1)])
+def test_gemv_long_rows_matches_f_linear(n, k, block_n):
+    """Small tiles and pieces (block_k 64, pieces down to 8): full tiles, one to three tail pieces, none; rows
+    past N in the last program (block_n > 1) are read but never stored."""
+    x, w = _weights(n, k, seed=k)
+    got = gemv_long_rows(x.view(1, -1), w, block_k=64, min_piece=8, block_n=block_n, num_warps=1)
+    assert_close("gemv_long_rows", F.linear(x.view(1, -1).float(), w.float()), got, 2e-2)
+
+
+def test_gemv_long_rows_rejects_uncovered_rows():
+    x, w = _weights(4, 64 + 8 + 4 + 2 + 1)
+    with pytest.raises(ValueError, match="power-of-two pieces"):
+        gemv_long_rows(x.view(1, -1), w, block_k=64, min_piece=1)
 
 
 def test_project_keeps_a_biased_linear():
@@ -78,6 +123,7 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
     assert gemv_config(49152, 576, 1, cuda) == (16, 64, 1)  # SmolLM2's LM head: short rows, the tuned rule
 
 
-def test_gemv_op_passes_opcheck():
-    x, w = _weights(*SHAPES[0])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_gemv_op_passes_opcheck(shape):
+    x, w = _weights(*shape)
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))

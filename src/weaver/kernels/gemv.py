@@ -6,7 +6,10 @@
 At one row a projection is a weight read. With whole input rows per tile (BLOCK_K up to 8,192) every program
 has its loads in flight at once, and on an H100 that beat cuBLAS on every Qwen3.6-27B shape with K <= 8,192
 (benchmarks/results/kernels/h100_session45_split_gemv: gate_up 114.7 against 129.1 us, out_proj 22.2 against
-24.1); the down projection (K = 17,408) stays on cuBLAS, which won there. The SwiGLU runs in the GEMV's epilogue.
+24.1). Longer rows (the down projection, K = 17,408) take `gemv_tiles`: unrolled 8,192-wide tiles and a tail of
+at most three power-of-two pieces, all loads at once (59.1 against cuBLAS's 63.8 us on an H100,
+kernels/h100_session52_gemv_tiles); rows no such tiles cover stay on F.linear. The SwiGLU runs in the GEMV's
+epilogue (rows up to 8,192).
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
@@ -20,17 +23,30 @@ import torch.nn.functional as F
 from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
-__all__ = ["GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "gemv_op", "linear", "project"]
+__all__ = [
+    "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "gemv_op", "linear", "long_row_tiles", "project",
+]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
-GEMV_MAX_K = 8192  # longer input rows stay on cuBLAS (the 27B down projection, K = 17,408: cuBLAS 1.03x faster)
+GEMV_MAX_K = 8192  # longer input rows take gemv_tiles where `long_row_tiles` covers them, else F.linear
+GEMV_TILE_K = 8192  # gemv_tiles' full tile
+
+
+def long_row_tiles(k: int, block_k: int = GEMV_TILE_K, min_piece: int = 64) -> tuple[int, tuple[int, ...]] | None:
+    """(full block_k tiles, tail pieces) covering a row of k exactly, the tail as at most three powers of two
+    >= min_piece, largest first (17,408: 2 tiles + 1,024; 14,336: 1 + 4,096 + 2,048); None where none does."""
+    num, rest = divmod(k, block_k)
+    pieces = tuple(1 << b for b in reversed(range(rest.bit_length())) if rest >> b & 1)
+    if (num == 0 and not pieces) or len(pieces) > 3 or (pieces and pieces[-1] < min_piece):
+        return None
+    return num, pieces
 
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
 def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    """`weaver.kernels.triton.decode.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu)."""
-    from weaver.kernels.triton.decode import gemv
+    """`weaver.kernels.triton.gemv_tiles.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu)."""
+    from weaver.kernels.triton.gemv_tiles import gemv
 
     return gemv(x, weight, swiglu)
 
@@ -41,16 +57,19 @@ def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Ten
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
 
-def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int) -> bool:
-    """One input row, a large 16-bit weight of rows no longer than GEMV_MAX_K, laid out as the kernel reads it."""
+def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: bool) -> bool:
+    """One input row, a large 16-bit weight laid out as the kernels read it, of rows no longer than GEMV_MAX_K or
+    (no SwiGLU) covered by `long_row_tiles`."""
     k = weight.shape[-1]
+    long_ok = not swiglu and long_row_tiles(k) is not None
     return (
         x.numel() == k
         and x.dtype == weight.dtype
         and weight.dtype in (torch.bfloat16, torch.float16)
         and weight.dim() == 2
         and weight.is_contiguous()
-        and GEMV_MIN_K <= k <= GEMV_MAX_K
+        and GEMV_MIN_K <= k
+        and (k <= GEMV_MAX_K or long_ok)
         and weight.numel() * weight.element_size() >= min_bytes
     )
 
@@ -63,9 +82,9 @@ def linear(
     min_bytes: int = GEMV_MIN_BYTES,
 ) -> torch.Tensor:
     """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight, else F.linear."""
-    if _takes_gemv(x, weight, min_bytes) and use_kernel(options, x, weight):
+    if _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight):
         rows = x.reshape(1, -1)
-        out = launch(gemv_op, "weaver.kernels.triton.decode", "gemv", rows, weight, swiglu)
+        out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
     y = F.linear(x, weight)
     if not swiglu:

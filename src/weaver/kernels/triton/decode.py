@@ -259,11 +259,6 @@ def fused_gemv(
     return out
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
-    """`fused_gemv(x, weight, swiglu=swiglu)`: the launcher of the custom op `weaver::gemv` (weaver.kernels.gemv)."""
-    return fused_gemv(x, weight, swiglu=swiglu)
-
-
 @triton.jit
 def _dot_rows(a, w, DTYPE: tl.constexpr, W_DTYPE: tl.constexpr, INTERPRET: tl.constexpr):
     """a [M, K] (DTYPE) @ w [K, N] with an fp32 result, every product exact.
