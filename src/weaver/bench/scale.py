@@ -392,7 +392,7 @@ def markdown(report: dict) -> str:
              f"{b['drafter'] / 1e9:.2f} GB, adapter {b['adapter'] / 1e6:.1f} MB. Copy bandwidth "
              f"{report.get('copy_GBps', 0):.0f} GB/s (read + write): AR floor {f(report.get('ar_floor_ms'))} ms"]
     if ar_ms and report.get("ar_floor_ms"):
-        lines.append(f"; measured AR step {ar_ms:.3f} ms = {report['ar_floor_ms'] / ar_ms:.0%} of the floor's speed")
+        lines.append(f"; measured AR step {ar_ms:.3f} ms = {report['ar_floor_ms'] / ar_ms:.1%} of the floor's speed")
     lines.append(".\n\n")
     if report["rows"]:
         lines.append("## Rounds\n\n" + rounds.markdown_table(report) + "\n")
