@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19, one device call (~600 s of command): the GPU work still owed after session 51, most needed first, each
+# Issue 19, one device call (~600 s of command): the GPU work still owed after session 52, most needed first, each
 # step bounded so a cut call still returns what ran (every file is written under $OUT as it goes).
 #   on an H200:
 #     1. profile.txt: the 27B rounds (ar / chain:16 / weaver:64) at the default capacity, the H200 figures issue 19
@@ -8,6 +8,9 @@
 #        where cuBLAS wins, the AR step's rule needs an H200 entry;
 #     3. gemv_swiglu.txt: gate_up with SwiGLU in the GEMV's epilogue against cuBLAS + torch's SwiGLU;
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
+#   then, on the warm H200: source scripts/gpu/setup.sh; bash scripts/gpu/gemv_tiles_ab.sh (the down projection's
+#   gemv_tiles against cuBLAS in the AR step, chosen on an H100 in session 52), and `weaver bench scale` in the
+#   parts of benchmarks/results/scale/h100_session52/COMMAND.txt (merged with `bench scale --merge`).
 OUT=${OUT:-/tmp/owed_out}
 source scripts/gpu/common.sh
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
