@@ -10,7 +10,8 @@
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 #   then, on the warm H200: source scripts/gpu/setup.sh; bash scripts/gpu/gemv_tiles_ab.sh (the down projection's
 #   gemv_tiles against cuBLAS in the AR step, chosen on an H100 in session 52), and `weaver bench scale` in the
-#   parts of benchmarks/results/scale/h100_session52/COMMAND.txt (merged with `bench scale --merge`).
+#   parts of benchmarks/results/scale/h100_session52/COMMAND.txt (merged with `bench scale --merge`), and
+#   scripts/gpu/blas_ab.sh (cuBLASLt against cuBLAS in the rounds; on an H100 too).
 OUT=${OUT:-/tmp/owed_out}
 source scripts/gpu/common.sh
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
