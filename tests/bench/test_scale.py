@@ -12,17 +12,29 @@ from weaver.models.config import ModelConfig
 from weaver.models.presets import preset_config
 
 
+def _acceptance(path, records):
+    """An acceptance report.json holding `records`: (workload, prompt id, method, budget, greedy, tau) each."""
+    by_prompt = {}
+    for workload, pid, method, budget, greedy, tau in records:
+        run = {"method": method, "budget": budget, "greedy": greedy, "rule": None if greedy else "target_only",
+               "tau": tau}  # fmt: skip
+        record = by_prompt.setdefault((workload, pid), {"workload": workload, "id": pid, "ar": {}, "runs": []})
+        record["runs"].append(run)
+    path.mkdir()
+    (path / "report.json").write_text(json.dumps({"summary": {}, "records": list(by_prompt.values())}))
+    return str(path / "report.json")
+
+
 def test_scale_report_on_cpu(tmp_path):
-    acceptance = {"summary": {
-        "weaver/4": {"method": "weaver", "budget": 4, "greedy": True, "macro_tau": 3.0},
-        "weaver/4/T=1/target_only": {"method": "weaver", "budget": 4, "greedy": False, "macro_tau": 9.0},
-        "chain/15": {"method": "chain", "budget": 15, "greedy": True, "macro_tau": 2.0}}}  # fmt: skip
-    (tmp_path / "acc.json").write_text(json.dumps(acceptance))
+    first = _acceptance(tmp_path / "a", [("gsm", "1", "chain", 15, True, 2.0), ("gsm", "1", "weaver", 4, True, 3.0),
+                                         ("gsm", "1", "weaver", 4, False, 9.0)])  # fmt: skip
+    # a second report, given as its directory: a new workload, and gsm prompt 1 again (the last report's counts)
+    _acceptance(tmp_path / "b", [("mt", "2", "weaver", 4, True, 5.0), ("gsm", "1", "weaver", 4, True, 4.0)])
     out = tmp_path / "out"
     argv = ["bench", "scale", "--model", "tiny-qwen3_5", "--device", "cpu", "--methods", "ar", "chain", "weaver",
             "--budgets", "4", "--verify-nodes", "4", "--prefill", "16", "--context", "8", "--new-tokens", "3",
             "--prompts", "1", "--adapter", "random:16", "--draft-vocab", "first:64",
-            "--tau-from", str(tmp_path / "acc.json"), "--out", str(out)]  # fmt: skip
+            "--tau-from", first, str(tmp_path / "b"), "--out", str(out)]  # fmt: skip
     assert main(argv) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["draft_vocab"] == 64
@@ -35,9 +47,12 @@ def test_scale_report_on_cpu(tmp_path):
     chain, weaver = report["projection"]
     assert chain["tau_paper"] == 4.8 and chain["tau_measured"] == 2.0
     assert chain["speedup_paper"] == pytest.approx(4.8 * ar_ms / chain["round_ms"])
-    assert weaver["tau_paper"] is None and weaver["tau_measured"] == 3.0  # greedy runs win over T=1 ones
+    assert weaver["tau_paper"] is None and weaver["tau_measured"] == 4.5  # greedy runs win over T=1 ones
+    assert {w: v["tau"] for w, v in weaver["measured_per_workload"].items()} == {"gsm": 4.0, "mt": 5.0}
+    assert weaver["measured_per_workload"]["mt"]["speedup"] == pytest.approx(5.0 * ar_ms / weaver["round_ms"])
+    assert "Measured tau per workload" in (out / "report.md").read_text()
     assert "## Verify alone" in (out / "report.md").read_text()
-    assert main([*argv[:-4], "--tau-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    assert main([*argv[:-5], "--tau-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
 
 
 def test_scale_skips_verify_and_prefill_when_given_none(tmp_path):

@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--context", type=int, default=512, help="prompt tokens before the rounds and verifies")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens per generation in the round rows")
     parser.add_argument("--prompts", type=int, default=2, help="generations per round row")
-    parser.add_argument("--tau-from", default=None, help="an acceptance report.json: project with its macro tau too")
+    parser.add_argument("--tau-from", nargs="+", default=None, metavar="REPORT",
+                        help="acceptance report.json files (or their directories), pooled per workload: project "
+                             "with their tau per workload and macro too (a prompt in several reports: the last's)")
     parser.add_argument("--draft-vocab", default=None, metavar="SPEC",
                         help="the drafter scores only this token map's tokens, or first:N (random weights: any N "
                              "rows cost the same); default: the whole vocabulary")
@@ -337,23 +339,33 @@ def prefill_row(llm, n: int) -> dict:
 
 
 # -------------------------------------------------------------------------------------------- projection
-def measured_tau(path: str | None) -> dict[tuple[str, int], float]:
-    """{(method, budget): macro tau} of an acceptance report's greedy runs (its T=1 runs where no greedy one)."""
-    if path is None:
+def measured_tau(paths: list[str] | None) -> dict[tuple[str, int], dict[str, float]]:
+    """{(method, budget): {workload: tau, ..., "macro": their mean}} over acceptance reports: a workload's tau is the
+    mean over its prompts (as `weaver bench acceptance` reports it), pooled over every report given, a prompt
+    measured by several counting once (the last report's); greedy runs, or a T=1 rule's where no greedy one."""
+    if not paths:
         return {}
+    from weaver.bench.acceptance import runs_by_prompt
     from weaver.errors import WeaverError
 
+    dirs = [str(Path(p).parent if Path(p).suffix == ".json" else p) for p in paths]
     try:
-        summary = json.loads(Path(path).read_text())["summary"]
-    except (OSError, json.JSONDecodeError, KeyError) as exc:
-        raise WeaverError(f"--tau-from {path}: not an acceptance report.json ({exc})") from None
-    taus: dict[tuple[str, int], float] = {}
-    for entry in sorted(summary.values(), key=lambda e: bool(e.get("greedy"))):  # greedy last: they win
-        taus[(entry["method"], int(entry["budget"]))] = float(entry["macro_tau"])
+        runs = runs_by_prompt(dirs)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise WeaverError(f"--tau-from {' '.join(paths)}: not acceptance report.json files ({exc})") from None
+    pooled: dict[tuple, dict[str, list[float]]] = {}  # (method, budget, T=1 rule or "") -> workload -> taus
+    for (_, workload, _), r in runs.items():
+        if r.get("w") is None:  # a weaver width variant is not the run the round rows measure
+            rule = "" if r.get("greedy", True) else str(r.get("rule"))
+            pooled.setdefault((r["method"], int(r["budget"]), rule), {}).setdefault(workload, []).append(r["tau"])
+    taus: dict[tuple[str, int], dict[str, float]] = {}
+    for (method, budget, _), per in sorted(pooled.items(), key=lambda kv: kv[0][2] == ""):  # greedy last: it wins
+        per_tau = {w: statistics.mean(v) for w, v in sorted(per.items())}
+        taus[(method, budget)] = {**per_tau, "macro": statistics.mean(per_tau.values())}
     return taus
 
 
-def _tau_for(taus: dict[tuple[str, int], float], method: str, budget: int) -> float | None:
+def _tau_for(taus: dict, method: str, budget: int):
     if method == "chain":  # one chain per drafter block, whatever budget label the run gave it
         return next((tau for (m, _), tau in taus.items() if m == "chain"), None)
     return taus.get((method, budget))
@@ -369,12 +381,30 @@ def projection(report: dict, measured: dict[tuple[str, int], float]) -> list[dic
             continue
         row = {"method": r["method"], "budget": r["budget"], "round_ms": r["round_ms"],
                "round_over_ar": r["round_ms"] / ar_ms}  # fmt: skip
-        for name, taus in (("paper", paper), ("measured", measured)):
-            tau = _tau_for(taus, r["method"], r["budget"])
-            row[f"tau_{name}"] = tau
-            row[f"speedup_{name}"] = None if tau is None else tau * ar_ms / r["round_ms"]
+        scale = ar_ms / r["round_ms"]
+        tau = _tau_for(paper, r["method"], r["budget"])
+        row["tau_paper"], row["speedup_paper"] = tau, None if tau is None else tau * scale
+        per = _tau_for(measured, r["method"], r["budget"]) or {}
+        row["tau_measured"] = per.get("macro")
+        row["speedup_measured"] = None if not per else per["macro"] * scale
+        row["measured_per_workload"] = {w: {"tau": t, "speedup": t * scale} for w, t in per.items() if w != "macro"}
         out.append(row)
     return out
+
+
+def per_workload_table(projection_rows: list[dict]) -> str:
+    """The measured tau's projection per workload: `tau (speedup)` cells, one row per projected round."""
+    rows = [p for p in projection_rows if p.get("measured_per_workload")]
+    if not rows:
+        return ""
+    workloads = sorted({w for p in rows for w in p["measured_per_workload"]})
+    lines = ["Measured tau per workload (speedup it projects):\n\n| method | budget | " + " | ".join(workloads)
+             + " |\n|---|---:|" + "---:|" * len(workloads) + "\n"]  # fmt: skip
+    for p in rows:
+        cells = [p["measured_per_workload"].get(w) for w in workloads]
+        lines.append(f"| {p['method']} | {p['budget']} | " + " | ".join(
+            "" if c is None else f"{c['tau']:.2f} ({c['speedup']:.2f}x)" for c in cells) + " |\n")
+    return "".join(lines) + "\n"
 
 
 def markdown(report: dict) -> str:
@@ -405,7 +435,7 @@ def markdown(report: dict) -> str:
             lines.append(f"| {p['method']} | {p['budget']} | {p['round_over_ar']:.2f} | {f(p['tau_paper'], '{:.2f}')} "
                          f"| {f(p['speedup_paper'], '{:.2f}')} | {f(p['tau_measured'], '{:.2f}')} "
                          f"| {f(p['speedup_measured'], '{:.2f}')} |\n")
-        lines.append("\n")
+        lines.append("\n" + per_workload_table(report["projection"]))
     if report["verify"]:
         lines.append(f"## Verify alone (after {report['context']} tokens)\n\n| kind | N (non-root) | depth | compiled "
                      "| ms | x AR step | x AR floor |\n|---|---:|---:|---|---:|---:|---:|\n")
