@@ -88,6 +88,9 @@ def test_scale_merge_keeps_the_first_ar_row_and_every_other_row(tmp_path):
     assert [p["round_over_ar"] for p in report["projection"]] == [1.2, 1.4]
     assert len(report["verify"]) == 1 and len(report["merged_from"]) == 2
     assert "Merged from 2 runs" in (out / "report.md").read_text()
+    again = tmp_path / "again"  # a merged report merged again keeps the runs it was made of
+    assert main(["bench", "scale", "--merge", str(out / "report.json"), "--out", str(again)]) == 0
+    assert json.loads((again / "report.json").read_text())["merged_from"] == report["merged_from"]
     other = _fake_report(tmp_path / "c", [("ar", 0, 9.0)], device="gpu1")
     assert main(["bench", "scale", "--merge", a, other, "--out", str(out)]) == 2  # another machine: a clear error
     assert main(["bench", "scale", "--merge", str(tmp_path / "none.json"), "--out", str(out)]) == 2

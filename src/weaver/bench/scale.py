@@ -160,8 +160,8 @@ def merge_reports(paths: list[Path]) -> dict:
         if _machine(r) != _machine(first):
             raise WeaverError(f"--merge {path}: %s on %s (%s) is not the first report's %s on %s (%s)"
                               % (*_machine(r), *_machine(first)))
-    merged = {**first, "merged_from": [r["command"] for r in reports], "rows": [], "verify": [], "prefill": [],
-              "compile_fallbacks": {}}  # fmt: skip
+    runs = [c for r in reports for c in (r.get("merged_from") or [r["command"]])]  # a merged report: its parts
+    merged = {**first, "merged_from": runs, "rows": [], "verify": [], "prefill": [], "compile_fallbacks": {}}
     ar = next((row for r in reports for row in r["rows"] if row["method"] == "ar"), None)
     merged["rows"] = ([ar] if ar else []) + [row for r in reports for row in r["rows"] if row["method"] != "ar"]
     for r in reports:
