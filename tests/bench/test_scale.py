@@ -12,8 +12,9 @@ from weaver.models.config import ModelConfig
 from weaver.models.presets import preset_config
 
 
-def _acceptance(path, records):
-    """An acceptance report.json holding `records`: (workload, prompt id, method, budget, greedy, tau) each."""
+def _acceptance(path, records, name="report.json"):
+    """An acceptance report (JSON file `name` under path) holding `records`: (workload, prompt id, method, budget,
+    greedy, tau) each."""
     by_prompt = {}
     for workload, pid, method, budget, greedy, tau in records:
         run = {"method": method, "budget": budget, "greedy": greedy, "rule": None if greedy else "target_only",
@@ -21,13 +22,13 @@ def _acceptance(path, records):
         record = by_prompt.setdefault((workload, pid), {"workload": workload, "id": pid, "ar": {}, "runs": []})
         record["runs"].append(run)
     path.mkdir()
-    (path / "report.json").write_text(json.dumps({"summary": {}, "records": list(by_prompt.values())}))
-    return str(path / "report.json")
+    (path / name).write_text(json.dumps({"summary": {}, "records": list(by_prompt.values())}))
+    return str(path / name)
 
 
 def test_scale_report_on_cpu(tmp_path):
     first = _acceptance(tmp_path / "a", [("gsm", "1", "chain", 15, True, 2.0), ("gsm", "1", "weaver", 4, True, 3.0),
-                                         ("gsm", "1", "weaver", 4, False, 9.0)])  # fmt: skip
+                                         ("gsm", "1", "weaver", 4, False, 9.0)], name="acc.json")  # fmt: skip
     # a second report, given as its directory: a new workload, and gsm prompt 1 again (the last report's counts)
     _acceptance(tmp_path / "b", [("mt", "2", "weaver", 4, True, 5.0), ("gsm", "1", "weaver", 4, True, 4.0)])
     out = tmp_path / "out"

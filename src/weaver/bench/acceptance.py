@@ -163,12 +163,14 @@ def run_key(method: str, budget: int, width: int | None = None, greedy: bool = T
     return f"{method}/{budget}" + (f"/w{width}" if width else "") + ("" if greedy else f"/T=1/{rule}")
 
 
-def runs_by_prompt(run_dirs: list[str]) -> dict[tuple[str, str, str], dict]:
-    """(run key, workload, prompt id) -> that run's record, over the report.json of every directory given; a prompt
-    measured by several reports keeps the last one's (the scripts that merge or compare reports read them so)."""
+def runs_by_prompt(runs: list[str]) -> dict[tuple[str, str, str], dict]:
+    """(run key, workload, prompt id) -> that run's record, over every report given (a report.json, or a directory
+    holding one); a prompt measured by several reports keeps the last one's (the scripts that merge or compare
+    reports read them so)."""
     out = {}
-    for run in run_dirs:
-        for record in json.loads((Path(run) / "report.json").read_text())["records"]:
+    for run in runs:
+        path = Path(run) if Path(run).is_file() else Path(run) / "report.json"
+        for record in json.loads(path.read_text())["records"]:
             for r in record["runs"]:
                 key = run_key(r["method"], r["budget"], r.get("w"), r.get("greedy", True), r.get("rule"))
                 out[(key, record["workload"], record["id"])] = r

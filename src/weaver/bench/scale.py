@@ -348,9 +348,8 @@ def measured_tau(paths: list[str] | None) -> dict[tuple[str, int], dict[str, flo
     from weaver.bench.acceptance import runs_by_prompt
     from weaver.errors import WeaverError
 
-    dirs = [str(Path(p).parent if Path(p).suffix == ".json" else p) for p in paths]
     try:
-        runs = runs_by_prompt(dirs)
+        runs = runs_by_prompt(paths)
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
         raise WeaverError(f"--tau-from {' '.join(paths)}: not acceptance report.json files ({exc})") from None
     pooled: dict[tuple, dict[str, list[float]]] = {}  # (method, budget, T=1 rule or "") -> workload -> taus
