@@ -5,6 +5,7 @@ from __future__ import annotations
 from weaver.errors import (
     CheckpointError,
     GenerationConfigError,
+    InsufficientMemoryError,
     PromptError,
     UnknownModelError,
     UnsupportedArchitectureError,
@@ -18,6 +19,7 @@ __all__ = [
     "LLM",
     "CheckpointError",
     "GenerationConfigError",
+    "InsufficientMemoryError",
     "PromptError",
     "RuntimeOptions",
     "UnknownModelError",

@@ -19,6 +19,10 @@ class UnsupportedArchitectureError(WeaverError):
     """A config.json whose architecture weaver does not implement."""
 
 
+class InsufficientMemoryError(WeaverError):
+    """Weights that cannot fit in the free memory of the device they should be allocated on."""
+
+
 class PromptError(WeaverError):
     """An empty prompt, or one that does not fit in the context window."""
 

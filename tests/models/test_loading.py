@@ -159,3 +159,22 @@ def test_random_init_of_large_models_draws_in_place(monkeypatch):
     assert not [(op, n) for op, dtype, n in allocations.seen if dtype == torch.float32 and n > 64]
     assert all(torch.isfinite(p.float()).all() for p in model.parameters())
     assert 0.015 < model.lm_head.weight.float().std() < 0.025
+
+
+def test_weights_that_cannot_fit_are_a_one_line_error(monkeypatch, capsys):
+    """Past the device's free memory, build_model refuses before allocating (no allocator traceback, no swapping):
+    the weights' bytes in the run's dtype, tied embeddings once, against `free_memory`."""
+    import weaver.models.loading as loading
+
+    cfg = ModelConfig.from_hf(preset_config("tiny-llama"))
+    with torch.device("meta"):
+        params = sum(p.numel() for n, p in Decoder(cfg).named_parameters() if n != "lm_head.weight" or
+                     not cfg.tie_word_embeddings)  # fmt: skip
+    monkeypatch.setattr(loading, "free_memory", lambda device: 2 * params)  # bf16 fits exactly, fp32 does not
+    build_model(cfg, dtype=torch.bfloat16)
+    with pytest.raises(weaver.InsufficientMemoryError, match=r"need .* GB in float32 on cpu.*--dtype bf16"):
+        build_model(cfg, dtype=torch.float32)
+    assert main(["generate", "hi", "--model", "tiny-llama", "--random-weights", "--device", "cpu"]) == 2
+    assert "GB is free" in capsys.readouterr().err
+    free = loading.free_memory(torch.device("cpu"))
+    assert free is None or free > 0

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from weaver.errors import InsufficientMemoryError
 from weaver.models.checkpoint import check_complete, copy_file_tensors, weight_files
 from weaver.models.config import ModelConfig, load_config
 from weaver.models.decoder import Decoder
@@ -36,10 +37,36 @@ def build_model(
         model = Decoder(cfg, options)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = None  # re-tied below: the shared matrix is allocated once
+    check_fits(sum(p.numel() for p in model.parameters()) * dtype.itemsize, torch.device(device), dtype)
     model = model.to(dtype=dtype).to_empty(device=device)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     return model.eval().requires_grad_(False)
+
+
+def free_memory(device: torch.device) -> int | None:
+    """Bytes free for new tensors on `device`: the GPU's free memory, or the host's MemAvailable (Linux); None
+    where it cannot be known."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return None
+    return None
+
+
+def check_fits(nbytes: int, device: torch.device, dtype: torch.dtype) -> None:
+    """An InsufficientMemoryError before allocating weights that cannot fit: not an allocator traceback, nor, on the
+    CPU, minutes of swapping before the kernel's OOM killer (a 27B shape is 108 GB in float32)."""
+    free = free_memory(device)
+    if free is not None and nbytes > free:
+        hint = " (--dtype bf16 halves it)" if dtype == torch.float32 else ""
+        raise InsufficientMemoryError(
+            f"the model's weights need {nbytes / 1e9:.1f} GB in {str(dtype).removeprefix('torch.')} on {device}, "
+            f"but {free / 1e9:.1f} GB is free{hint}: use a smaller model or a device with more memory")
 
 
 @torch.no_grad()
