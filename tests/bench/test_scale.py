@@ -54,6 +54,8 @@ def test_scale_report_on_cpu(tmp_path):
     assert "Measured tau per workload" in (out / "report.md").read_text()
     assert "## Verify alone" in (out / "report.md").read_text()
     assert main([*argv[:-5], "--tau-from", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    (tmp_path / "bad.json").write_text(json.dumps({"records": [{"workload": "w", "id": "1", "runs": [{}]}]}))
+    assert main([*argv[:-5], "--tau-from", str(tmp_path / "bad.json"), "--out", str(out)]) == 2
 
 
 def test_scale_skips_verify_and_prefill_when_given_none(tmp_path):
@@ -95,6 +97,8 @@ def test_scale_merge_keeps_the_first_ar_row_and_every_other_row(tmp_path):
     other = _fake_report(tmp_path / "c", [("ar", 0, 9.0)], device="gpu1")
     assert main(["bench", "scale", "--merge", a, other, "--out", str(out)]) == 2  # another machine: a clear error
     assert main(["bench", "scale", "--merge", str(tmp_path / "none.json"), "--out", str(out)]) == 2
+    (tmp_path / "list.json").write_text("[1, 2]")  # JSON, but not a report
+    assert main(["bench", "scale", "--merge", a, str(tmp_path / "list.json"), "--out", str(out)]) == 2
 
 
 def test_published_drafter_shape_at_27b():

@@ -155,8 +155,9 @@ def merge_reports(paths: list[Path]) -> dict:
             raise WeaverError(f"--merge {path}: not a bench scale report.json ({exc})") from None
     first = reports[0]
     for path, r in zip(paths, reports, strict=True):
-        if any(k not in r for k in ("rows", "verify", "prefill", "bytes")):
-            raise WeaverError(f"--merge {path}: not a bench scale report.json (no rows / verify / prefill / bytes)")
+        if not isinstance(r, dict) or any(k not in r for k in ("command", "rows", "verify", "prefill", "bytes")):
+            raise WeaverError(f"--merge {path}: not a bench scale report.json (no command / rows / verify / prefill "
+                              "/ bytes)")
         if _machine(r) != _machine(first):
             raise WeaverError(f"--merge {path}: %s on %s (%s) is not the first report's %s on %s (%s)"
                               % (*_machine(r), *_machine(first)))
@@ -348,15 +349,15 @@ def measured_tau(paths: list[str] | None) -> dict[tuple[str, int], dict[str, flo
     from weaver.bench.acceptance import runs_by_prompt
     from weaver.errors import WeaverError
 
-    try:
-        runs = runs_by_prompt(paths)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise WeaverError(f"--tau-from {' '.join(paths)}: not acceptance report.json files ({exc})") from None
     pooled: dict[tuple, dict[str, list[float]]] = {}  # (method, budget, T=1 rule or "") -> workload -> taus
-    for (_, workload, _), r in runs.items():
-        if r.get("w") is None:  # a weaver width variant is not the run the round rows measure
-            rule = "" if r.get("greedy", True) else str(r.get("rule"))
-            pooled.setdefault((r["method"], int(r["budget"]), rule), {}).setdefault(workload, []).append(r["tau"])
+    try:
+        for (_, workload, _), r in runs_by_prompt(paths).items():
+            if r.get("w") is None:  # a weaver width variant is not the run the round rows measure
+                rule = "" if r.get("greedy", True) else str(r.get("rule"))
+                pooled.setdefault((r["method"], int(r["budget"]), rule), {}).setdefault(workload, []).append(
+                    float(r["tau"]))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise WeaverError(f"--tau-from {' '.join(paths)}: not acceptance report.json files ({exc!r})") from None
     taus: dict[tuple[str, int], dict[str, float]] = {}
     for (method, budget, _), per in sorted(pooled.items(), key=lambda kv: kv[0][2] == ""):  # greedy last: it wins
         per_tau = {w: statistics.mean(v) for w, v in sorted(per.items())}
