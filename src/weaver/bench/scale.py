@@ -44,6 +44,17 @@ PAPER_TAU = {"weaver": 8.5, "ddtree": 6.5, "chain": 4.8}
 PAPER_TAU_BUDGET = 64
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a zero-token prefill or a zero-token generation has nothing to time)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="qwen3.6-27b-shape", help="preset name or config.json (random weights)")
     parser.add_argument("--drafter", default="published",
@@ -51,15 +62,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--adapter", default="paper",
                         help="paper (d_rank 2048, 16 heads, one block), random[:width], a checkpoint dir or .pth")
     parser.add_argument("--methods", nargs="+", default=["ar", "chain", "ddtree", "weaver"])
-    parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128], help="ddtree / weaver budgets")
-    parser.add_argument("--chain-budget", type=int, default=16, help="chain drafts per round (block 16: 15)")
-    parser.add_argument("--verify-nodes", nargs="*", type=int, default=[16, 32, 64, 128],
+    parser.add_argument("--budgets", nargs="+", type=positive_int, default=[16, 32, 64, 128],
+                        help="ddtree / weaver budgets")
+    parser.add_argument("--chain-budget", type=positive_int, default=16, help="chain drafts per round (block 16: 15)")
+    parser.add_argument("--verify-nodes", nargs="*", type=positive_int, default=[16, 32, 64, 128],
                         help="non-root nodes of the verify-alone trees and chains (none: skip them)")
-    parser.add_argument("--prefill", nargs="*", type=int, default=[1024, 4096],
+    parser.add_argument("--prefill", nargs="*", type=positive_int, default=[1024, 4096],
                         help="prompt lengths to prefill (none: skip)")
-    parser.add_argument("--context", type=int, default=512, help="prompt tokens before the rounds and verifies")
-    parser.add_argument("--new-tokens", type=int, default=32, help="tokens per generation in the round rows")
-    parser.add_argument("--prompts", type=int, default=2, help="generations per round row")
+    parser.add_argument("--context", type=positive_int, default=512,
+                        help="prompt tokens before the rounds and verifies")
+    parser.add_argument("--new-tokens", type=positive_int, default=32, help="tokens per generation in the round rows")
+    parser.add_argument("--prompts", type=positive_int, default=2, help="generations per round row")
     parser.add_argument("--tau-from", nargs="+", default=None, metavar="REPORT",
                         help="acceptance report.json files (or their directories), pooled per workload: project "
                              "with their tau per workload and macro too (a prompt in several reports: the last's)")
