@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from weaver.bench.args import positive_int
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
@@ -35,18 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--draft-vocab", default=None, metavar="TOKEN_MAP",
                         help="the drafter scores only this token map's tokens (`weaver data token-map`)")
     parser.add_argument("--workloads", nargs="+", default=DEFAULT_WORKLOADS)
-    parser.add_argument("--limit", type=int, default=None, help="prompts per workload (default: all)")
+    parser.add_argument("--limit", type=positive_int, default=None, help="prompts per workload (default: all)")
     parser.add_argument("--eval-dir", default=None,
                         help="read <dir>/<workload>.jsonl (`weaver data build`'s eval/) instead of the packages")
     parser.add_argument("--methods", nargs="+", default=["chain", "ddtree", "weaver"])
-    parser.add_argument("--budgets", nargs="+", type=int, default=[16, 32, 64, 128])
-    parser.add_argument("--chain-budget", type=int, default=15, help="chain drafts (block 16: 15)")
+    parser.add_argument("--budgets", nargs="+", type=positive_int, default=[16, 32, 64, 128])
+    parser.add_argument("--chain-budget", type=positive_int, default=15, help="chain drafts (block 16: 15)")
     parser.add_argument("--weaver-widths", nargs="+", type=int, default=[0],
                         help="weaver's w (nodes expanded per adapter step) to run at each budget; 0: the builder's "
                              "default ceil(budget / 16). Fewer, wider steps make the build cheaper")
     parser.add_argument("--sampled-budget", type=int, default=64,
                         help="budget of the T=1 runs: target-only for every method, traversal too for weaver (0: none)")
-    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=128)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--out", required=True, help="output directory (report.json, report.md, tau.png)")

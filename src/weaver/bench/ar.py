@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from weaver.bench.args import positive_int
 from weaver.options import add_runtime_arguments, runtime_options
 
 PROMPT = "Write a detailed essay about the history of the printing press and its effects on Europe."
@@ -29,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="smollm2", help="registry name or HF directory")
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--dtype", default=None, help="fp32 / bf16 (default: bf16 on cuda, fp32 on cpu)")
-    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated per run")
-    parser.add_argument("--runs", type=int, default=5, help="timed runs (median reported)")
+    parser.add_argument("--new-tokens", type=positive_int, default=256, help="tokens generated per run")
+    parser.add_argument("--runs", type=positive_int, default=5, help="timed runs (median reported)")
     parser.add_argument("--no-transformers", action="store_true", help="skip the transformers baseline")
     parser.add_argument("--out", default=None, help="write the JSON report here")
     add_runtime_arguments(parser)

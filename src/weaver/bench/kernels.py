@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+from weaver.bench.args import positive_int
+
 DEFAULT_T = (16, 32, 64, 128, 256)
 SHAPE = dict(H=16, HV=48, K=128, V=128)
 DEVICE = "cuda"  # the bench times on CUDA; tests of its plumbing swap in "cpu"
@@ -345,16 +347,16 @@ def norm_err(ref: torch.Tensor, out: torch.Tensor) -> float:
 
 # ------------------------------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--T", type=int, nargs="+", default=list(DEFAULT_T), help="tree sizes")
+    parser.add_argument("--T", type=positive_int, nargs="+", default=list(DEFAULT_T), help="tree sizes")
     parser.add_argument("--kinds", nargs="+", default=["tree", "chain"], choices=["tree", "chain", "wide"])
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"], help="q/k/v dtype (timed)")
-    parser.add_argument("--sets", type=int, default=12, help="input sets rotated between replays")
-    parser.add_argument("--reps", type=int, default=200, help="timed graph replays per method")
+    parser.add_argument("--sets", type=positive_int, default=12, help="input sets rotated between replays")
+    parser.add_argument("--reps", type=positive_int, default=200, help="timed graph replays per method")
     parser.add_argument("--warmup", type=int, default=3, help="untimed replays of each set")
     parser.add_argument("--methods", nargs="+", default=["fused", "fused_kernel", "structure", "prep",
                         "per_branch", "varlen", "snapshot", "chunk_chain"])  # fmt: skip
     parser.add_argument("--sweep", action="store_true", help="also time the fused kernel over configs")
-    parser.add_argument("--sweep-T", type=int, nargs="+", default=None, help="sizes to sweep (default: all)")
+    parser.add_argument("--sweep-T", type=positive_int, nargs="+", default=None, help="sizes to sweep (default: all)")
     parser.add_argument(
         "--sweep-from", type=int, default=0, help="sweep only the default and SWEEP[i:] (newest candidates last)"
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from weaver.bench.args import positive_int
 from weaver.errors import WeaverError
 
 TEXT_PREFIX = "model.language_model."
@@ -32,10 +33,11 @@ INDEX_NAME = "model.safetensors.index.json"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="qwen3.6-27b-shape", help="preset name or config.json of the text model")
-    parser.add_argument("--num-layers", type=int, default=None, help="decoder layers written (bounds the size)")
+    parser.add_argument("--num-layers", type=positive_int, default=None,
+                        help="decoder layers written (bounds the size)")
     parser.add_argument("--dir", default=None, help="checkpoint directory (written when incomplete; default: a "
                         "temporary one, removed afterwards)")
-    parser.add_argument("--shards", type=int, default=15, help="safetensors shards (the release has 15)")
+    parser.add_argument("--shards", type=positive_int, default=15, help="safetensors shards (the release has 15)")
     parser.add_argument("--device", default=None, help="where the model is loaded (default: cuda when available)")
     parser.add_argument("--dtype", default="bf16", help="stored and loaded dtype (default bf16)")
     parser.add_argument("--max-ratio", type=float, default=1.1, help="exit 1 when peak / text weights exceeds it")

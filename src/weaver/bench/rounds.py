@@ -20,6 +20,7 @@ import sys
 
 import torch
 
+from weaver.bench.args import positive_int
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
@@ -37,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--drafter", default="random", help="drafter checkpoint or 'random[:layers]'")
     parser.add_argument("--adapter", default="random", help="Weaver adapter checkpoint or 'random[:width]'")
     parser.add_argument("--methods", nargs="+", default=["ar", "chain", "ddtree", "weaver"])
-    parser.add_argument("--budgets", nargs="+", type=int, default=[8, 32, 64])
-    parser.add_argument("--new-tokens", type=int, default=48)
+    parser.add_argument("--budgets", nargs="+", type=positive_int, default=[8, 32, 64])
+    parser.add_argument("--new-tokens", type=positive_int, default=48)
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--device", default=None)
     parser.add_argument("--dtype", default=None)

@@ -36,23 +36,13 @@ from pathlib import Path
 import torch
 
 from weaver.bench import rounds
+from weaver.bench.args import positive_int
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 
 # tau at budget 64 (chain: block 16) from weaver-paper.md §5.2: derived from the paper's text, not its table
 PAPER_TAU = {"weaver": 8.5, "ddtree": 6.5, "chain": 4.8}
 PAPER_TAU_BUDGET = 64
-
-
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1 (a zero-token prefill or a zero-token generation has nothing to time)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from weaver.bench.args import positive_int
+
 PROMPTS = [
     "Explain how a hash map works.",
     "Write a haiku about the sea.",
@@ -65,9 +67,10 @@ class Result:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--url", default=None, help="a running server on loopback (default: spawn one with the args "
                    "after `--`)")  # fmt: skip
-    p.add_argument("--clients", type=int, default=32, help="concurrent clients (default 32)")
-    p.add_argument("--requests", type=int, default=4, help="requests per client, sent one after another (default 4)")
-    p.add_argument("--max-tokens", type=int, default=32, help="max_tokens of every request (default 32)")
+    p.add_argument("--clients", type=positive_int, default=32, help="concurrent clients (default 32)")
+    p.add_argument("--requests", type=positive_int, default=4,
+                   help="requests per client, sent one after another (default 4)")
+    p.add_argument("--max-tokens", type=positive_int, default=32, help="max_tokens of every request (default 32)")
     p.add_argument("--time-limit", type=float, default=900.0, help="the whole run stops after this (default 900 s)")
     p.add_argument("--startup-timeout", type=float, default=600.0, help="seconds to wait for a spawned server's "
                    "/health (default 600)")  # fmt: skip

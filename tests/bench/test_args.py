@@ -1,0 +1,30 @@
+"""Counts below one given to a bench command: argparse's one-line usage error (exit 2), before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from weaver.bench.args import positive_int
+from weaver.cli import main
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["ar", "--runs", "0"], ["ar", "--new-tokens", "-3"], ["rounds", "--budgets", "16", "0"],
+     ["rounds", "--new-tokens", "0"], ["scale", "--prefill", "0"], ["scale", "--verify-nodes", "-1"],
+     ["scale", "--budgets", "0"], ["load", "--shards", "0"],
+     ["acceptance", "--limit", "0"], ["acceptance", "--max-new-tokens", "0"], ["serve", "--clients", "0"]],
+)  # fmt: skip
+def test_bench_counts_below_one_are_usage_errors(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+def test_positive_int():
+    assert positive_int("7") == 7
+    for bad in ("0", "-1", "x", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
