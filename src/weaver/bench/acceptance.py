@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 

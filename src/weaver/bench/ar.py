@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 from weaver.options import add_runtime_arguments, runtime_options
 
 PROMPT = "Write a detailed essay about the history of the printing press and its effects on Europe."

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 
 DEFAULT_T = (16, 32, 64, 128, 256)
 SHAPE = dict(H=16, HV=48, K=128, V=128)

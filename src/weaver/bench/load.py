@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 from weaver.errors import WeaverError
 
 TEXT_PREFIX = "model.language_model."

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
+from weaver.argtypes import positive_int
 from weaver.bench import rounds
-from weaver.bench.args import positive_int
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
 from weaver.options import add_runtime_arguments, runtime_options
 

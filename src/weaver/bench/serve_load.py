@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 
 PROMPTS = [
     "Explain how a hash map works.",

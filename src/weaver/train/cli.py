@@ -13,6 +13,8 @@ import argparse
 import json
 import sys
 
+from weaver.argtypes import positive_int
+
 __all__ = ["add_regenerate_parser", "add_train_commands"]
 
 
@@ -28,12 +30,12 @@ def add_regenerate_parser(data_sub) -> None:
     p.add_argument("--prompts", required=True, help="train_prompts.jsonl from `weaver data build`")
     p.add_argument("--out", required=True, help="directory of shard_*.npz (a rerun resumes)")
     _add_target_arguments(p)
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--max-new-tokens", type=int, default=512)
-    p.add_argument("--max-prompt-tokens", type=int, default=512, help="longer prompts are skipped")
+    p.add_argument("--batch-size", type=positive_int, default=256)
+    p.add_argument("--max-new-tokens", type=positive_int, default=512)
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=512, help="longer prompts are skipped")
     p.add_argument("--sampled-fraction", type=float, default=0.5, help="share answered by sampling at T=1")
-    p.add_argument("--shard-size", type=int, default=2048, help="prompts per shard (the resume unit)")
-    p.add_argument("--limit", type=int, default=None, help="the first N prompts only")
+    p.add_argument("--shard-size", type=positive_int, default=2048, help="prompts per shard (the resume unit)")
+    p.add_argument("--limit", type=positive_int, default=None, help="the first N prompts only")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=None, help="start no new shard after this long")
     p.set_defaults(func=_cmd_regenerate)
@@ -70,18 +72,18 @@ def add_train_commands(sub) -> None:
     d = tsub.add_parser("drafter", help="the DFlash block drafter (target frozen, run online)")
     d.add_argument("--data", required=True, help="directory of regenerated shards")
     _add_target_arguments(d)
-    d.add_argument("--layers", type=int, default=3, help="drafter layers (width = the target's)")
-    d.add_argument("--features", type=int, default=5, help="tapped target layers, spread over [1, L-3]")
-    d.add_argument("--block-size", type=int, default=16)
-    d.add_argument("--anchors", type=int, default=64, help="random anchors per sequence and step (<= 512)")
+    d.add_argument("--layers", type=positive_int, default=3, help="drafter layers (width = the target's)")
+    d.add_argument("--features", type=positive_int, default=5, help="tapped target layers, spread over [1, L-3]")
+    d.add_argument("--block-size", type=positive_int, default=16)
+    d.add_argument("--anchors", type=positive_int, default=64, help="random anchors per sequence and step (<= 512)")
     d.add_argument("--gamma", type=float, default=7.0, help="CE weight exp(-(k-1)/gamma) at block row k")
-    d.add_argument("--batch-size", type=int, default=16, help="sequences per device and micro-step")
-    d.add_argument("--max-len", type=int, default=1024, help="sequences are cut to this many tokens")
+    d.add_argument("--batch-size", type=positive_int, default=16, help="sequences per device and micro-step")
+    d.add_argument("--max-len", type=positive_int, default=1024, help="sequences are cut to this many tokens")
     d.add_argument("--init", default="random", choices=["random", "target"],
                    help="random (the recipe), or start the layers as copies of the target's top layers")
     d.add_argument("--init-from", default=None, metavar="DIR",
                    help="start from this trained drafter's weights (its shape wins over --layers/--features)")
-    d.add_argument("--grow-to", type=int, default=None, metavar="LAYERS",
+    d.add_argument("--grow-to", type=positive_int, default=None, metavar="LAYERS",
                    help="with --init-from: append layers up to this many, each the identity at first")
     add_train_arguments(d)
     d.set_defaults(func=_cmd_train_drafter)
@@ -89,24 +91,24 @@ def add_train_commands(sub) -> None:
     w.add_argument("--data", required=True, help="directory of regenerated shards")
     w.add_argument("--drafter", required=True, help="the trained drafter's directory")
     _add_target_arguments(w)
-    w.add_argument("--d-rank", type=int, default=512)
-    w.add_argument("--heads", type=int, default=8)
-    w.add_argument("--mlp-dim", type=int, default=1024)
-    w.add_argument("--pool-size", type=int, default=512, help="K: the drafter's top-K per depth")
+    w.add_argument("--d-rank", type=positive_int, default=512)
+    w.add_argument("--heads", type=positive_int, default=8)
+    w.add_argument("--mlp-dim", type=positive_int, default=1024)
+    w.add_argument("--pool-size", type=positive_int, default=512, help="K: the drafter's top-K per depth")
     w.add_argument("--variant", default="released", choices=["released", "learned"],
                    help="released: RoPE + SwiGLU (the authors' checkpoint); learned: pos_emb + GELU")
     w.add_argument("--loss", default="kl", choices=["kl", "lk"], help="kl, or lk = KL + TV (acceptance)")
     w.add_argument("--tv-weight", type=float, default=1.0)
     w.add_argument("--greedy-weight", type=float, default=0.0,
                    help="add this x the CE of the target's greedy token along greedy chains (greedy trees)")
-    w.add_argument("--anchors", type=int, default=16, help="chains per sequence and step")
-    w.add_argument("--batch-size", type=int, default=16)
-    w.add_argument("--max-len", type=int, default=1024)
+    w.add_argument("--anchors", type=positive_int, default=16, help="chains per sequence and step")
+    w.add_argument("--batch-size", type=positive_int, default=16)
+    w.add_argument("--max-len", type=positive_int, default=1024)
     w.add_argument("--init-from", default=None, metavar="DIR",
                    help="start from this trained adapter's weights (its shape wins over --d-rank/--heads/...)")
-    w.add_argument("--grow-layers", type=int, default=None, metavar="N",
+    w.add_argument("--grow-layers", type=positive_int, default=None, metavar="N",
                    help="with --init-from: append blocks up to N, each the identity at first")
-    w.add_argument("--grow-mlp", type=int, default=None, metavar="M",
+    w.add_argument("--grow-mlp", type=positive_int, default=None, metavar="M",
                    help="with --init-from: widen the MLPs to M hidden units (new units start with no effect)")
     add_train_arguments(w)
     w.set_defaults(func=_cmd_train_weaver)

@@ -11,6 +11,8 @@ import argparse
 import json
 import sys
 
+from weaver.argtypes import positive_int
+
 
 def add_data_commands(sub) -> argparse._SubParsersAction:
     """Add the `data` group to the top-level subparsers; return its own subparsers for later commands."""
@@ -20,14 +22,14 @@ def add_data_commands(sub) -> argparse._SubParsersAction:
     b = dsub.add_parser("build", help="write train_prompts.jsonl, eval/<workload>.jsonl and manifest.json")
     b.add_argument("--out", required=True, help="output directory (created if missing)")
     b.add_argument("--seed", type=int, default=0, help="seed of the training mix and order (default 0)")
-    b.add_argument("--max-prompts", type=int, default=None,
+    b.add_argument("--max-prompts", type=positive_int, default=None,
                    help="number of training prompts (default: everything every source has)")
     b.add_argument("--quiet", action="store_true", help="no progress bars")
     b.set_defaults(func=_cmd_build)
 
     e = dsub.add_parser("eval", help="print (or write) one held-out evaluation set as JSONL")
     e.add_argument("workload", help="mt-bench, humaneval, gsm_symbolic or sharegpt")
-    e.add_argument("--limit", type=int, default=None, help="only the first N prompts")
+    e.add_argument("--limit", type=positive_int, default=None, help="only the first N prompts")
     e.add_argument("--out", default=None, help="write to this file instead of stdout")
     e.set_defaults(func=_cmd_eval)
 
@@ -35,7 +37,7 @@ def add_data_commands(sub) -> argparse._SubParsersAction:
     t.add_argument("--data", default=None, help="a `weaver data regenerate` directory: count the reply tokens")
     t.add_argument("--prompts", default=None, help="or a prompts JSONL (.gz too): count the messages' tokens")
     t.add_argument("--model", default="smollm2", help="the target (its vocabulary, tokenizer and EOS)")
-    t.add_argument("--size", type=int, required=True, help="tokens kept (EOS always among them)")
+    t.add_argument("--size", type=positive_int, required=True, help="tokens kept (EOS always among them)")
     t.add_argument("--out", required=True, help="the token map to write (.safetensors)")
     t.add_argument("--quiet", action="store_true", help="no progress bars")
     t.set_defaults(func=_cmd_token_map)

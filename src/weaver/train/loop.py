@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from weaver.argtypes import positive_int
 from weaver.options import DistEnv, distributed_env
 
 TRAIN_CONFIG = "train_config.json"  # beside the weights (whose own config.json the loaders read)
@@ -263,15 +264,15 @@ def _log_row(sums: dict[str, torch.Tensor], step: int, lr: float, elapsed: float
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     """The flags both trainers share (TrainConfig's fields)."""
     p.add_argument("--out", required=True, help="run directory (checkpoints/, final/, history.jsonl, plot.png)")
-    p.add_argument("--steps", type=int, default=2000)
+    p.add_argument("--steps", type=positive_int, default=2000)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--warmup-steps", type=int, default=50)
     p.add_argument("--schedule", default="cosine", choices=["cosine", "wsd"])
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--grad-accum", type=positive_int, default=1)
     p.add_argument("--save-every", type=int, default=0, help="checkpoint every N steps (0: at the end only)")
-    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--log-every", type=positive_int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-seconds", type=float, default=None, help="stop (and save) after this long")
     p.add_argument("--no-bf16", action="store_true", help="no bf16 autocast on CUDA")

@@ -1,4 +1,4 @@
-"""Argument types the bench commands share: a bad count is argparse's one-line usage error, not a traceback later."""
+"""Argument types the CLI commands share: a bad count is argparse's one-line usage error, not a traceback later."""
 
 from __future__ import annotations
 

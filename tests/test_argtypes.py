@@ -1,4 +1,4 @@
-"""Counts below one given to a bench command: argparse's one-line usage error (exit 2), before anything runs."""
+"""Counts below one given to a CLI command: argparse's one-line usage error (exit 2), before anything runs."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from weaver.bench.args import positive_int
+from weaver.argtypes import positive_int
 from weaver.cli import main
 
 
@@ -20,6 +20,20 @@ from weaver.cli import main
 def test_bench_counts_below_one_are_usage_errors(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["bench", *argv])
+    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["train", "drafter", "--data", "d", "--out", "o", "--steps", "0"],
+     ["train", "weaver", "--data", "d", "--drafter", "x", "--out", "o", "--batch-size", "0"],
+     ["data", "build", "--out", "o", "--max-prompts", "0"], ["data", "regenerate", "--prompts", "p", "--out", "o",
+     "--max-new-tokens", "0"], ["data", "token-map", "--data", "d", "--size", "0"]],
+)  # fmt: skip
+def test_train_and_data_counts_below_one_are_usage_errors(argv, capsys):
+    """`weaver train drafter --steps 0` was a ValueError traceback, `data build --max-prompts 0` an empty set."""
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
     assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
 
 
