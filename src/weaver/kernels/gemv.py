@@ -61,7 +61,6 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: b
     """One input row, a large 16-bit weight laid out as the kernels read it, of rows no longer than GEMV_MAX_K or
     (no SwiGLU) covered by `long_row_tiles`."""
     k = weight.shape[-1]
-    long_ok = not swiglu and long_row_tiles(k) is not None
     return (
         x.numel() == k
         and x.dtype == weight.dtype
@@ -69,7 +68,7 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: b
         and weight.dim() == 2
         and weight.is_contiguous()
         and GEMV_MIN_K <= k
-        and (k <= GEMV_MAX_K or long_ok)
+        and (k <= GEMV_MAX_K or (not swiglu and long_row_tiles(k) is not None))
         and weight.numel() * weight.element_size() >= min_bytes
     )
 
