@@ -12,26 +12,18 @@ from weaver.cli import main
 
 @pytest.mark.parametrize(
     "argv",
-    [["ar", "--runs", "0"], ["ar", "--new-tokens", "-3"], ["rounds", "--budgets", "16", "0"],
-     ["rounds", "--new-tokens", "0"], ["scale", "--prefill", "0"], ["scale", "--verify-nodes", "-1"],
-     ["scale", "--budgets", "0"], ["load", "--shards", "0"],
-     ["acceptance", "--limit", "0"], ["acceptance", "--max-new-tokens", "0"], ["serve", "--clients", "0"]],
-)  # fmt: skip
-def test_bench_counts_below_one_are_usage_errors(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["bench", *argv])
-    assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [["train", "drafter", "--data", "d", "--out", "o", "--steps", "0"],
+    [["bench", "ar", "--runs", "0"], ["bench", "ar", "--new-tokens", "-3"],
+     ["bench", "rounds", "--budgets", "16", "0"], ["bench", "rounds", "--new-tokens", "0"],
+     ["bench", "scale", "--prefill", "0"], ["bench", "scale", "--verify-nodes", "-1"],
+     ["bench", "scale", "--budgets", "0"], ["bench", "load", "--shards", "0"], ["bench", "acceptance", "--limit", "0"],
+     ["bench", "acceptance", "--max-new-tokens", "0"], ["bench", "serve", "--clients", "0"],
+     ["train", "drafter", "--data", "d", "--out", "o", "--steps", "0"],
      ["train", "weaver", "--data", "d", "--drafter", "x", "--out", "o", "--batch-size", "0"],
      ["data", "build", "--out", "o", "--max-prompts", "0"], ["data", "regenerate", "--prompts", "p", "--out", "o",
      "--max-new-tokens", "0"], ["data", "token-map", "--data", "d", "--size", "0"]],
 )  # fmt: skip
-def test_train_and_data_counts_below_one_are_usage_errors(argv, capsys):
-    """`weaver train drafter --steps 0` was a ValueError traceback, `data build --max-prompts 0` an empty set."""
+def test_counts_below_one_are_usage_errors(argv, capsys):
+    """`bench ar --runs 0` and `train drafter --steps 0` were tracebacks, `data build --max-prompts 0` an empty set."""
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 2 and "must be at least 1" in capsys.readouterr().err
