@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 import weaver
 from weaver.errors import GenerationConfigError
@@ -48,9 +49,9 @@ def test_importing_weaver_sets_no_environment_variable() -> None:
 
 def test_from_env_maps_every_variable() -> None:
     env = {"WEAVER_KERNELS": "torch", "WEAVER_COMPILE": "0", "WEAVER_CUDA_GRAPHS": "stages", "WEAVER_PDL": "off",
-           "WEAVER_TRITON_TUNING": "/tmp/t.json"}
+           "WEAVER_TRITON_TUNING": "/tmp/t.json", "WEAVER_BLAS": "cublaslt"}
     assert RuntimeOptions.from_env(env) == RuntimeOptions(kernels="torch", compile=False, cuda_graphs="stages",
-                                                          pdl=False, tuning="/tmp/t.json")  # fmt: skip
+                                                          pdl=False, tuning="/tmp/t.json", blas="cublaslt")  # fmt: skip
     assert RuntimeOptions.from_env({}) == RuntimeOptions()
     assert RuntimeOptions.from_env({"WEAVER_COMPILE": "0"}, compile=True).compile  # explicit values win
 
@@ -58,7 +59,7 @@ def test_from_env_maps_every_variable() -> None:
 @pytest.mark.parametrize(
     "env, message",
     [({"WEAVER_KERNELS": "cuda"}, "kernels must be one of"), ({"WEAVER_COMPILE": "maybe"}, "WEAVER_COMPILE must be"),
-     ({"WEAVER_CUDA_GRAPHS": "all"}, "cuda_graphs must be one of")],
+     ({"WEAVER_CUDA_GRAPHS": "all"}, "cuda_graphs must be one of"), ({"WEAVER_BLAS": "mkl"}, "blas must be one of")],
 )
 def test_bad_values_are_clear_errors(env: dict, message: str) -> None:
     with pytest.raises(GenerationConfigError, match=message):
@@ -74,6 +75,25 @@ def test_cli_flags_override_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     assert runtime_options(args) == RuntimeOptions(kernels="torch", pdl=False, cuda_graphs="off")
     args = parser.parse_args(["--kernels", "auto"])
     assert runtime_options(args).kernels == "auto"
+    monkeypatch.setenv("WEAVER_BLAS", "cublas")
+    assert runtime_options(parser.parse_args(["--blas", "cublaslt"])).blas == "cublaslt"
+    assert runtime_options(parser.parse_args([])).blas == "cublas"
+
+
+def test_blas_library_resolves_auto_by_the_targets_width() -> None:
+    """auto: cuBLASLt from BLAS_LT_MIN_HIDDEN (the 27B shape), cuBLAS below (the 135M one); an explicit choice wins;
+    without a size torch's own default stays. Off CUDA nothing is set (a CPU build has no cuBLASLt to select)."""
+    from weaver.kernels import launch_config
+
+    auto, wide = RuntimeOptions(), launch_config.BLAS_LT_MIN_HIDDEN
+    assert launch_config.blas_library(auto, 5120) == "cublaslt" and launch_config.blas_library(auto, wide) == "cublaslt"
+    assert launch_config.blas_library(auto, 576) == "cublas" and launch_config.blas_library(auto, wide - 1) == "cublas"
+    assert launch_config.blas_library(auto, None) is None
+    assert launch_config.blas_library(RuntimeOptions(blas="cublas"), 5120) == "cublas"
+    assert launch_config.blas_library(RuntimeOptions(blas="cublaslt"), 576) == "cublaslt"
+    before = torch.backends.cuda.preferred_blas_library()
+    launch_config.configure(RuntimeOptions(blas="cublaslt"), 5120, cuda=False)
+    assert torch.backends.cuda.preferred_blas_library() == before
 
 
 def test_llm_passes_its_options_to_the_engine_and_the_model() -> None:

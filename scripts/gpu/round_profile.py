@@ -203,12 +203,9 @@ def main() -> int:
     parser.add_argument("--no-inductor-pdl", action="store_true",
                         help="inductor's kernels without PDL, weaver's with it: session 49's change alone, the A/B")
     parser.add_argument("--tuning", default=None, help="RuntimeOptions.tuning: a tuning table (JSON) or none")
-    parser.add_argument("--blas", default=None, choices=["cublas", "cublaslt"],
-                        help="torch's preferred BLAS library for this process (default: torch's own): the A/B of "
-                             "the verify's and the draft's GEMMs, which cuBLASLt read faster at some 27B shapes")
+    parser.add_argument("--blas", default="auto", choices=["auto", "cublas", "cublaslt"],
+                        help="RuntimeOptions.blas: torch's BLAS library for the GEMMs of several rows (the A/B)")
     args = parser.parse_args()
-    if args.blas:
-        torch.backends.cuda.preferred_blas_library(args.blas)
     if args.no_inductor_pdl:
         without_inductor_pdl()
     TOP["*"], TOP["build"] = args.top, args.top_build
@@ -216,7 +213,7 @@ def main() -> int:
                                  drafter=None if args.drafter in NAMED else args.drafter,
                                  adapter=None if args.adapter in NAMED else args.adapter,
                                  options=weaver.RuntimeOptions(kernels=args.kernels, pdl=not args.no_pdl,
-                                                                 tuning=args.tuning))  # fmt: skip
+                                                                 tuning=args.tuning, blas=args.blas))  # fmt: skip
     llm = attach_named(llm, args.drafter, args.adapter)  # `bench scale`'s published drafter / paper adapter
     llm.engine.min_capacity = args.min_capacity
     print(torch.cuda.get_device_name(), torch.__version__, torch.backends.cuda.preferred_blas_library(), flush=True)

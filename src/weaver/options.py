@@ -15,6 +15,7 @@ This module is the only one in `weaver` that reads the environment (besides `WEA
     cuda_graphs  WEAVER_CUDA_GRAPHS     round | stages | off
     pdl          WEAVER_PDL             1 | 0
     tuning       WEAVER_TRITON_TUNING   a verify_sweep.py JSON | none
+    blas         WEAVER_BLAS            auto | cublas | cublaslt
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from typing import Literal
 from weaver.errors import GenerationConfigError
 
 __all__ = [
-    "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options",
+    "BLAS", "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options",
     "triton_interpreting",
 ]
 
 KERNELS = ("auto", "torch", "triton")
 CUDA_GRAPHS = ("round", "stages", "off")
+BLAS = ("auto", "cublas", "cublaslt")
 _BOOLS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
@@ -57,6 +59,11 @@ class RuntimeOptions:
     # launch configurations measured by scripts/gpu/verify_sweep.py: a JSON path, "none" for the built-in
     # configurations, or None for the packaged table of this GPU (H200) when there is one
     tuning: str | None = None
+    # torch's preferred BLAS library for the GEMMs of several rows (verify, draft, commit; CUDA only; process-wide,
+    # set when an engine is built): auto takes cuBLASLt for targets of hidden size >= launch_config.BLAS_LT_MIN_HIDDEN
+    # (on an H100 it read the 27B shape's wide GEMMs faster, the 135M ones a little slower) and torch's default
+    # (cuBLAS) below
+    blas: Literal["auto", "cublas", "cublaslt"] = "auto"
 
     def __post_init__(self) -> None:
         if self.kernels not in KERNELS:
@@ -65,6 +72,8 @@ class RuntimeOptions:
             raise GenerationConfigError(
                 f"cuda_graphs must be one of {', '.join(CUDA_GRAPHS)}, got {self.cuda_graphs!r}"
             )
+        if self.blas not in BLAS:
+            raise GenerationConfigError(f"blas must be one of {', '.join(BLAS)}, got {self.blas!r}")
         if not isinstance(self.compile, bool) or not isinstance(self.pdl, bool):
             raise GenerationConfigError(f"compile and pdl are booleans, got {self.compile!r} and {self.pdl!r}")
 
@@ -85,6 +94,8 @@ class RuntimeOptions:
             fields["cuda_graphs"] = env["WEAVER_CUDA_GRAPHS"]
         if env.get("WEAVER_TRITON_TUNING"):
             fields["tuning"] = env["WEAVER_TRITON_TUNING"]
+        if "WEAVER_BLAS" in env:
+            fields["blas"] = env["WEAVER_BLAS"]
         fields.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**fields)
 
@@ -124,12 +135,15 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--no-pdl", dest="pdl", action="store_false", default=None,
                    help="launch kernels without programmatic dependent launch (Hopper)")
     g.add_argument("--tuning", default=None, help="launch-config table from scripts/gpu/verify_sweep.py, or 'none'")
+    g.add_argument("--blas", choices=BLAS, default=None,
+                   help="torch's BLAS library for the GEMMs of several rows (CUDA): auto (default) takes cublaslt for "
+                        "targets of hidden size >= 4096, cublas below")  # fmt: skip
 
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     """The environment's RuntimeOptions with the command line's flags on top."""
     return RuntimeOptions.from_env(kernels=args.kernels, compile=args.compile, cuda_graphs=args.cuda_graphs,
-                                   pdl=args.pdl, tuning=args.tuning)  # fmt: skip
+                                   pdl=args.pdl, tuning=args.tuning, blas=args.blas)  # fmt: skip
 
 
 @dataclass(frozen=True)

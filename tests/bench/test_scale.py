@@ -68,10 +68,10 @@ def test_scale_skips_verify_and_prefill_when_given_none(tmp_path):
     assert report["verify"] == [] and report["prefill"] == [] and [r["method"] for r in report["rows"]] == ["ar"]
 
 
-def _fake_report(path, rows, verify=(), prefill=(), device="gpu0"):
+def _fake_report(path, rows, verify=(), prefill=(), device="gpu0", blas="cublaslt"):
     """A bench scale report.json with the given rows (method, budget, round ms)."""
     report = {"command": f"weaver bench scale {path.name}", "model": "m", "device": device, "dtype": "bf16",
-              "context": 8, "bytes": {"target": 10, "ar_step_read": 8, "drafter": 1, "adapter": 1},
+              "blas": blas, "context": 8, "bytes": {"target": 10, "ar_step_read": 8, "drafter": 1, "adapter": 1},
               "copy_GBps": 1.0, "ar_floor_ms": 1.0, "verify": list(verify), "prefill": list(prefill),
               "rows": [{"method": m, "budget": b, "tau": 1.0, "rounds": 1, "tok_per_s": 1.0, "cuda_graphs": True,
                         "round_ms": ms, "stage_ms": {"verify": ms}} for m, b, ms in rows]}  # fmt: skip
@@ -91,11 +91,14 @@ def test_scale_merge_keeps_the_first_ar_row_and_every_other_row(tmp_path):
     assert [p["round_over_ar"] for p in report["projection"]] == [1.2, 1.4]
     assert len(report["verify"]) == 1 and len(report["merged_from"]) == 2
     assert "Merged from 2 runs" in (out / "report.md").read_text()
+    assert "GEMMs of several rows: cublaslt." in (out / "report.md").read_text()
     again = tmp_path / "again"  # a merged report merged again keeps the runs it was made of
     assert main(["bench", "scale", "--merge", str(out / "report.json"), "--out", str(again)]) == 0
     assert json.loads((again / "report.json").read_text())["merged_from"] == report["merged_from"]
     other = _fake_report(tmp_path / "c", [("ar", 0, 9.0)], device="gpu1")
     assert main(["bench", "scale", "--merge", a, other, "--out", str(out)]) == 2  # another machine: a clear error
+    other_blas = _fake_report(tmp_path / "d", [("ar", 0, 9.0)], blas="cublas")  # another BLAS: not one configuration
+    assert main(["bench", "scale", "--merge", a, other_blas, "--out", str(out)]) == 2
     assert main(["bench", "scale", "--merge", str(tmp_path / "none.json"), "--out", str(out)]) == 2
     (tmp_path / "list.json").write_text("[1, 2]")  # JSON, but not a report
     assert main(["bench", "scale", "--merge", a, str(tmp_path / "list.json"), "--out", str(out)]) == 2

@@ -94,7 +94,8 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report = {"command": " ".join(["weaver", "bench", "scale", *sys.argv[3:]]), "model": args.model,
               "device": device_name(llm.model.device), "dtype": str(llm.model.dtype), "torch": torch.__version__,
-              "python": platform.python_version(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+              "blas": blas_name(llm.model.device), "python": platform.python_version(),
+              "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "context": args.context, "bytes": weight_bytes(llm), "rows": [], "verify": [], "prefill": [],
               "draft_vocab": None if llm.drafter is None or llm.drafter.vocab_ids is None
               else int(llm.drafter.vocab_ids.numel())}  # fmt: skip
@@ -162,7 +163,7 @@ def merge_reports(paths: list[Path]) -> dict:
             raise WeaverError(f"--merge {path}: not a bench scale report.json (no command / rows / verify / prefill "
                               "/ bytes)")
         if _machine(r) != _machine(first):
-            raise WeaverError(f"--merge {path}: %s on %s (%s) is not the first report's %s on %s (%s)"
+            raise WeaverError(f"--merge {path}: %s on %s (%s, BLAS %s) is not the first report's %s on %s (%s, BLAS %s)"
                               % (*_machine(r), *_machine(first)))
     runs = [c for r in reports for c in (r.get("merged_from") or [r["command"]])]  # a merged report: its parts
     merged = {**first, "merged_from": runs, "rows": [], "verify": [], "prefill": [], "compile_fallbacks": {}}
@@ -176,7 +177,7 @@ def merge_reports(paths: list[Path]) -> dict:
 
 
 def _machine(report: dict) -> tuple:
-    return report.get("model"), report.get("device"), report.get("dtype")
+    return report.get("model"), report.get("device"), report.get("dtype"), report.get("blas")
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -259,6 +260,11 @@ def weight_bytes(llm) -> dict[str, int]:
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or 'host'})"
+
+
+def blas_name(device: torch.device) -> str | None:
+    """torch's preferred BLAS library on CUDA (RuntimeOptions.blas, set by the engine): "cublas" / "cublaslt"."""
+    return torch.backends.cuda.preferred_blas_library().name.lower() if device.type == "cuda" else None
 
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -424,9 +430,10 @@ def markdown(report: dict) -> str:
              f"Weights: target {b['target'] / 1e9:.2f} GB (an AR step reads {b['ar_step_read'] / 1e9:.2f} GB), drafter "
              f"{b['drafter'] / 1e9:.2f} GB, adapter {b['adapter'] / 1e6:.1f} MB. Copy bandwidth "
              f"{report.get('copy_GBps', 0):.0f} GB/s (read + write): AR floor {f(report.get('ar_floor_ms'))} ms"]
+    blas = f" GEMMs of several rows: {report['blas']}." if report.get("blas") else ""
     if ar_ms and report.get("ar_floor_ms"):
         lines.append(f"; measured AR step {ar_ms:.3f} ms = {report['ar_floor_ms'] / ar_ms:.1%} of the floor's speed")
-    lines.append(".\n\n")
+    lines.append(f".{blas}\n\n")
     if report["rows"]:
         lines.append("## Rounds\n\n" + rounds.markdown_table(report) + "\n")
     if report.get("projection"):

@@ -1,7 +1,8 @@
-"""The launch settings every Triton launcher shares (PDL, the tuning table), set once from RuntimeOptions.
+"""The launch settings every Triton launcher shares (PDL, the tuning table) and torch's BLAS library, set once
+from RuntimeOptions.
 
-The launchers are module functions called from deep inside the fused paths, so the two launch-level options
-live here rather than in every signature: the engine calls `configure(options)` when it is built, and a
+The launchers are module functions called from deep inside the fused paths, so the launch-level options live
+here rather than in every signature: the engine calls `configure(options, hidden_size)` when it is built, and a
 captured graph keeps the launches it was captured with. Process-wide: the last engine built sets them.
 """
 
@@ -9,9 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from weaver.options import RuntimeOptions
 
-__all__ = ["LaunchSettings", "configure", "settings"]
+__all__ = ["BLAS_LT_MIN_HIDDEN", "LaunchSettings", "blas_library", "configure", "settings"]
+
+# From this hidden size `blas="auto"` takes cuBLASLt. H100, 27B shape (hidden 5120): chain-16 round 23.914 / 23.855
+# -> 23.689 / 23.675 ms, weaver-64 27.655 -> 27.187 / 27.236 (the down projection and the drafter's fc read faster);
+# 135M shape (hidden 576): chain-16 0.984 / 0.983 / 0.983 -> 0.998 / 0.987 / 0.992, weaver-64 level
+# (benchmarks/results/scale/h100_session53_blas). Sizes in between are untimed.
+BLAS_LT_MIN_HIDDEN = 4096
 
 
 @dataclass
@@ -23,10 +32,24 @@ class LaunchSettings:
 _SETTINGS = LaunchSettings()
 
 
-def configure(options: RuntimeOptions) -> None:
-    """Take the launch-level fields of `options` (pdl, tuning)."""
+def configure(options: RuntimeOptions, hidden_size: int | None = None, cuda: bool = False) -> None:
+    """Take the launch-level fields of `options` (pdl, tuning) and, on CUDA, set torch's preferred BLAS library
+    for a target of `hidden_size` (`blas_library`; None: torch's choice stays)."""
     _SETTINGS.pdl = options.pdl
     _SETTINGS.tuning = options.tuning
+    library = blas_library(options, hidden_size)
+    if cuda and library is not None:
+        torch.backends.cuda.preferred_blas_library(library)
+
+
+def blas_library(options: RuntimeOptions, hidden_size: int | None) -> str | None:
+    """The BLAS library `options.blas` asks for a target of `hidden_size`: auto resolves by BLAS_LT_MIN_HIDDEN
+    (None without a size: torch's own default stays)."""
+    if options.blas != "auto":
+        return options.blas
+    if hidden_size is None:
+        return None
+    return "cublaslt" if hidden_size >= BLAS_LT_MIN_HIDDEN else "cublas"
 
 
 def settings() -> LaunchSettings:

@@ -80,7 +80,7 @@ class Engine:
         self.options = options or DEFAULT_OPTIONS
         self.device = model.device
         self.timing = timing  # per-stage times (device events or syncs; off for speed runs)
-        launch_config.configure(self.options)
+        launch_config.configure(self.options, model.config.hidden_size, cuda=self.device.type == "cuda")
         self.fast_decode = _fast_decoder(model, self.options)
         self.fast_prefill = _fast_verifier(model, self.options)  # the prompt as a chain through the fused verify
         self._fast_verify = self._fast_draft = None
