@@ -1,0 +1,99 @@
+"""Issue 19 (and the default model): session 53's two changes to the weaver build's kernel loop, each against the loop
+before it, in one process.
+
+  before:  every pop round runs an adapter step (the last round's children are never popped: dead work), and a
+           step ends in three launches (the tail's two, `pool_top` with its push, and the next `frontier_pop_inputs`);
+  no-dead: the last round pops alone (one adapter step of 17 fewer at budget 64, w 4);
+  fused:   no-dead, and the tail, its push and the next pop in one launch (`weaver.kernels.triton.pool_push_pop`):
+           two launches a step fewer. This is the shipped loop (`grow_kernels`).
+
+`build_weaver` (budget 64, w 4, c 16, D 15, K 512, bf16) torch.compile'd as the engine's build stage and captured in
+CUDA graphs of `--calls` builds over as many input sets, median device us per build (`weaver.bench.kernels.
+time_graphs`, PDL as the engine launches). Every variant's trees are checked against the shipped loop's first
+(eager). Shapes as in `vocab_rows_ab.py`: `smollm2` (the shipped adapter's) and `paper` (the 27B round's).
+
+    python3 scripts/gpu/build_fusion_ab.py [--shapes smollm2 paper] [--calls 4] [--reps 40] | tee $OUT/build_fusion.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+import weaver.speculative.builders.weaver as builder_module
+from weaver.bench.kernels import time_graphs
+from weaver.kernels.weaver_frontier import frontier_pop_inputs
+from weaver.speculative.builders.frontier import grow_kernels
+from weaver.speculative.builders.weaver import build_weaver
+
+sys.path.insert(0, str(Path(__file__).parent))
+from vocab_rows_ab import BUDGET, C, SHAPES, W, adapter_for, inputs  # noqa: E402
+
+
+def unfused_loop(dead_step: bool):
+    """The kernel loop with a pop launch every round (three launches a step); with `dead_step` the last round's
+    adapter step too (the loop before session 53)."""
+
+    def grow(adapter, state, frontier, rounds, c, options) -> None:
+        for i in range(rounds):
+            step, node, grow_, score, *node_in = frontier_pop_inputs(
+                *frontier.push_args(), *frontier.pop_args()[3:], state.visible, state.prefix_mask, state.cand_x,
+                state.cand_qkv, state.k, state.v, 0, state.prefix_len, options, state.cand_rope,
+            )  # fmt: skip
+            if i == rounds - 1 and not dead_step:
+                break
+            adapter.step_top_prepared(state, step, c, node_in, push=(*frontier.push_args(), node, grow_, score))
+
+    return grow
+
+
+VARIANTS = {"before": unfused_loop(True), "no-dead": unfused_loop(False), "fused": grow_kernels}
+
+
+def side(adapter, sets: list[tuple], reps: int) -> tuple[float, list]:
+    """Median us per compiled build over the input sets, and each set's tree (eager)."""
+
+    def build(root, logits, th, dh):
+        return build_weaver(root, logits, BUDGET, adapter=adapter, target_hidden=th, draft_hidden=dh, w=W, c=C)
+
+    trees = [build(*s) for s in sets]
+    compiled = torch.compile(build, dynamic=False)
+    us, _ = time_graphs([lambda s=s: compiled(*s) for s in sets], reps=reps, warmup=3)
+    torch._dynamo.reset()
+    return us, trees
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--calls", type=int, default=4, help="input sets (builds per graph)")
+    ap.add_argument("--reps", type=int, default=40)
+    args = ap.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; weaver build, budget {BUDGET}, w {W}, c {C}, "
+          f"bf16; median us per build (graphs of {args.calls}); trees differing from fused's", flush=True)
+    for shape in args.shapes:
+        adapter = adapter_for(shape, "cuda")
+        sets = inputs(adapter, args.calls, "cuda")
+        results = {}
+        for name in ("fused", "no-dead", "before", "fused"):  # the shipped loop first and last: drift
+            builder_module.grow_kernels = VARIANTS[name]
+            us, trees = side(adapter, sets, args.reps)
+            results.setdefault(name, []).append(us)
+            ref = results.setdefault("trees", trees)
+            differ = sum(not (torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents))
+                         for a, b in zip(ref, trees, strict=True))  # fmt: skip
+            print(f"{shape:>8} {name:>8} {us:9.1f} us  trees differing {differ} of {len(sets)}", flush=True)
+        builder_module.grow_kernels = grow_kernels
+        base = results["before"][0]
+        print(f"{shape:>8} before / no-dead {base / results['no-dead'][0]:.3f}, before / fused "
+              f"{base / min(results['fused']):.3f}", flush=True)
+        del adapter
+        torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
