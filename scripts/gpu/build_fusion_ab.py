@@ -30,7 +30,7 @@ from weaver.speculative.builders.frontier import grow_kernels
 from weaver.speculative.builders.weaver import build_weaver
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vocab_rows_ab import BUDGET, C, SHAPES, W, adapter_for, inputs  # noqa: E402
+from vocab_rows_ab import BUDGET, SHAPES, C, W, adapter_for, inputs  # noqa: E402
 
 
 def unfused_loop(dead_step: bool):
