@@ -24,13 +24,11 @@ from pathlib import Path
 import torch
 
 import weaver.speculative.builders.weaver as builder_module
-from weaver.bench.kernels import time_graphs
 from weaver.kernels.weaver_frontier import frontier_pop_inputs
 from weaver.speculative.builders.frontier import grow_kernels
-from weaver.speculative.builders.weaver import build_weaver
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vocab_rows_ab import BUDGET, SHAPES, C, W, adapter_for, inputs  # noqa: E402
+from vocab_rows_ab import BUDGET, SHAPES, C, W, adapter_for, inputs, side  # noqa: E402
 
 
 def unfused_loop(dead_step: bool):
@@ -51,19 +49,6 @@ def unfused_loop(dead_step: bool):
 
 
 VARIANTS = {"before": unfused_loop(True), "no-dead": unfused_loop(False), "fused": grow_kernels}
-
-
-def side(adapter, sets: list[tuple], reps: int) -> tuple[float, list]:
-    """Median us per compiled build over the input sets, and each set's tree (eager)."""
-
-    def build(root, logits, th, dh):
-        return build_weaver(root, logits, BUDGET, adapter=adapter, target_hidden=th, draft_hidden=dh, w=W, c=C)
-
-    trees = [build(*s) for s in sets]
-    compiled = torch.compile(build, dynamic=False)
-    us, _ = time_graphs([lambda s=s: compiled(*s) for s in sets], reps=reps, warmup=3)
-    torch._dynamo.reset()
-    return us, trees
 
 
 def main() -> int:
