@@ -17,7 +17,6 @@ time_graphs`, PDL as the engine launches). Every variant's trees are checked aga
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from weaver.kernels.weaver_frontier import frontier_pop_inputs
 from weaver.speculative.builders.frontier import grow_kernels
 
 sys.path.insert(0, str(Path(__file__).parent))
-from vocab_rows_ab import BUDGET, SHAPES, C, W, adapter_for, inputs, side  # noqa: E402
+from vocab_rows_ab import BUDGET, C, W, adapter_for, build_ab_args, inputs, side  # noqa: E402
 
 
 def unfused_loop(dead_step: bool):
@@ -52,11 +51,7 @@ VARIANTS = {"before": unfused_loop(True), "no-dead": unfused_loop(False), "fused
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--calls", type=int, default=4, help="input sets (builds per graph)")
-    ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
+    args = build_ab_args(__doc__.splitlines()[0])
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; weaver build, budget {BUDGET}, w {W}, c {C}, "
           f"bf16; median us per build (graphs of {args.calls}); trees differing from fused's", flush=True)
     for shape in args.shapes:
