@@ -95,17 +95,12 @@ def side(adapter: WeaverAdapter, sets: list[tuple], reps: int) -> tuple[float, l
     return us, trees
 
 
-def build_ab_args(description: str) -> argparse.Namespace:
-    """The command line of a build A/B (this script's, build_fusion_ab.py's): shapes, input sets, replays."""
-    ap = argparse.ArgumentParser(description=description)
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--calls", type=int, default=4, help="input sets (builds per graph)")
     ap.add_argument("--reps", type=int, default=40)
-    return ap.parse_args()
-
-
-def main() -> int:
-    args = build_ab_args(__doc__.splitlines()[0])
+    args = ap.parse_args()
     dev = "cuda"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; weaver build, budget {BUDGET}, w {W}, c {C}, "
           f"D {DEPTH}, K 512, bf16; median us per build (graphs of {args.calls})")

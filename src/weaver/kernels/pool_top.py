@@ -16,15 +16,11 @@ from __future__ import annotations
 import torch
 
 from weaver.kernels.dispatch import launch, use_kernel
-from weaver.kernels.weaver_frontier import frontier_pop_inputs, popped_fake
 from weaver.ops.pool_top import pool_top
 from weaver.ops.weaver_frontier import frontier_push
 from weaver.options import RuntimeOptions
 
-__all__ = [
-    "fused_pool_push_pop", "fused_pool_top", "fused_pool_top_push", "pool_push_pop_op", "pool_top_op",
-    "pool_top_push_op",
-]  # fmt: skip
+__all__ = ["fused_pool_top", "fused_pool_top_push", "pool_top_op", "pool_top_push_op"]
 
 _MODULE = "weaver.kernels.triton.pool_top"
 
@@ -106,52 +102,3 @@ def fused_pool_top_push(
     top_lp, top_tok, top_ix = (t.view(b, w, c) for t in pool_top(*args))
     cand = 1 + pool.view(b, w, 1) * pool_ids.shape[2] + top_ix  # the children's candidate-table rows
     frontier_push(f_score, f_item, f_logp, node_ids, grow, score, depth, top_lp, top_tok, cand)
-
-
-_POP_MUTATES = ("f_score", "f_item", "f_logp", "count", "nodes", "logps", "valid", "visible", "k_buf", "v_buf",
-                "tickets")  # fmt: skip
-
-
-@torch.library.custom_op("weaver::pool_push_pop", mutates_args=_POP_MUTATES)
-def pool_push_pop_op(
-    y: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor | None, eps: float, table: torch.Tensor,
-    pool_ids: torch.Tensor, pool_prior: torch.Tensor, pool: torch.Tensor, c: int, f_score: torch.Tensor,
-    f_item: torch.Tensor, f_logp: torch.Tensor, node_ids: torch.Tensor, grow: torch.Tensor, score: torch.Tensor,
-    depth: torch.Tensor, count: torch.Tensor, nodes: torch.Tensor, logps: torch.Tensor, valid: torch.Tensor, n: int,
-    max_depth: int, w: int, visible: torch.Tensor, prefix_mask: torch.Tensor, cand_x: torch.Tensor,
-    cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor, layer: int, prefix_len: int,
-    rope_cos: torch.Tensor | None, rope_sin: torch.Tensor | None, tickets: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """`weaver.kernels.triton.pool_push_pop.pool_push_pop` as a custom op."""
-    from weaver.kernels.triton.pool_push_pop import pool_push_pop
-
-    return pool_push_pop(y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c, f_score, f_item, f_logp,
-                         node_ids, grow, score, depth, count, nodes, logps, valid, n, max_depth, w, visible,
-                         prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin,
-                         tickets)  # fmt: skip
-
-
-@pool_push_pop_op.register_fake
-def _pool_push_pop_fake(y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c, f_score, f_item, f_logp,
-                        node_ids, grow, score, depth, count, nodes, logps, valid, n, max_depth, w, visible,
-                        prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin,
-                        tickets):  # fmt: skip
-    return popped_fake(f_score, w, cand_x, cand_qkv, visible)
-
-
-def fused_pool_push_pop(
-    tail: tuple,  # fused_pool_top_push's first nine arguments (y .. c)
-    push: tuple[torch.Tensor, ...],  # its push: (f_score, f_item, f_logp, node ids, grow, score, depth)
-    pop: tuple,  # frontier_pop_inputs' arguments after the frontier (count .. prefix_len), then rope (or None)
-    tickets: torch.Tensor,  # [>= B w + B] int32 zeros, the launch's hand-over counters (left zero)
-    options: RuntimeOptions,
-) -> tuple[torch.Tensor, ...]:
-    """`fused_pool_top_push(*tail, *push)`, then the next pop: `frontier_pop_inputs` on the same frontier (its seven
-    outputs). One Triton launch where the kernels run (`weaver.kernels.triton.pool_push_pop`), else the two."""
-    *pop_args, rope = pop
-    if use_kernel(options, tail[0]):
-        cos, sin = rope if rope is not None else (None, None)
-        return launch(pool_push_pop_op, "weaver.kernels.triton.pool_push_pop", "pool_push_pop", *tail, *push,
-                      *pop_args, cos, sin, tickets)  # fmt: skip
-    fused_pool_top_push(*tail, *push, options)
-    return frontier_pop_inputs(*push[:3], *pop_args, options, rope)

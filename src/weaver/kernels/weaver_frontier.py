@@ -18,7 +18,7 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.ops.weaver_frontier import frontier_pop, node_inputs
 from weaver.options import RuntimeOptions
 
-__all__ = ["frontier_pop_inputs", "frontier_pop_inputs_op", "popped_fake"]
+__all__ = ["frontier_pop_inputs", "frontier_pop_inputs_op"]
 
 _MUTATES = ("f_score", "count", "nodes", "logps", "valid", "visible", "k_buf", "v_buf")
 _Popped = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -42,12 +42,6 @@ def frontier_pop_inputs_op(
 def _frontier_pop_inputs_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible,
                               prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos,
                               rope_sin):  # fmt: skip
-    return popped_fake(f_score, w, cand_x, cand_qkv, visible)
-
-
-def popped_fake(f_score: torch.Tensor, w: int, cand_x: torch.Tensor, cand_qkv: torch.Tensor,
-                visible: torch.Tensor) -> _Popped:  # fmt: skip
-    """The shapes of a pop's seven outputs (fake impls of the ops that pop)."""
     b, d = f_score.shape[0], cand_x.shape[2]
     empty = f_score.new_empty
     return (empty(6, b, w, dtype=torch.int64), empty(b, w, dtype=torch.int64), empty(b, w, dtype=torch.bool),

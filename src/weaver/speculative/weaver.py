@@ -71,7 +71,7 @@ from torch.nn import functional as F
 from weaver.kernels.adapter_finish import fused_finish
 from weaver.kernels.dispatch import use_kernel
 from weaver.kernels.node_attention import attend_nodes
-from weaver.kernels.pool_top import fused_pool_push_pop, fused_pool_top, fused_pool_top_push
+from weaver.kernels.pool_top import fused_pool_top, fused_pool_top_push
 from weaver.models.checkpoint import (
     WEIGHTS_NAME,
     check_complete,
@@ -455,16 +455,15 @@ class WeaverAdapter(nn.Module):
     @torch.no_grad()
     def step_top_prepared(
         self, state: WeaverRound, step: torch.Tensor, c: int, inputs: tuple[torch.Tensor, ...],
-        push: tuple[torch.Tensor, ...], pop: tuple | None = None, tickets: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, ...] | None:
+        push: tuple[torch.Tensor, ...],
+    ) -> None:
         """`step_top` for the device builder's Triton loop, its children pushed into the builder's frontier.
 
         step [6, B, w] = slot, token, parent, depth, candidate row, pool row (padded) and inputs = (x, q, mask),
         the nodes' input rows, first-block q and visibility rows, both from `frontier_pop_inputs` (which also
         wrote the nodes' visibility and first-block K/V); push = (f_score, f_item, f_logp, node ids, grow,
         score) of the frontier. Then the block(s), and the scoring tail with the push inside its second launch
-        (`fused_pool_top_push`). With `pop` (`frontier_pop_inputs`' arguments after the frontier, then rope) and
-        `tickets`, the tail's launch also pops the next nodes (`fused_pool_push_pop`) and returns that pop."""
+        (`fused_pool_top_push`)."""
         slot, pool = step[0], step[5]
         b, w = slot.shape
         x, q, mask = inputs
@@ -473,12 +472,8 @@ class WeaverAdapter(nn.Module):
         q = q.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         x = self._blocks(state, x, rows, state.prefix_len + slot, mask, step[3], q)
         norm = self.out_norm
-        tail = (x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head, state.pool_ids,
-                state.pool_prior, pool.reshape(b * w), c)  # fmt: skip
-        if pop is not None:
-            return fused_pool_push_pop(tail, (*push, step[3]), pop, tickets, self.options)
-        fused_pool_top_push(*tail, *push, step[3], self.options)
-        return None
+        fused_pool_top_push(x.reshape(b * w, -1), norm.weight, norm.bias, norm.eps, self.residual_lm_head,
+                            state.pool_ids, state.pool_prior, pool.reshape(b * w), c, *push, step[3], self.options)
 
     def _top(
         self, state: WeaverRound, x: torch.Tensor, pool: torch.Tensor, c: int

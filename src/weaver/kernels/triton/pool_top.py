@@ -29,7 +29,7 @@ from weaver.kernels.triton.decode import _round
 from weaver.kernels.triton.topk import select_top
 from weaver.kernels.triton.weaver_frontier import push_children
 
-__all__ = ["logits_slice", "pool_top", "pool_top_push", "row_top", "tail_launch_args"]
+__all__ = ["pool_top", "pool_top_push"]
 
 
 @triton.jit
@@ -41,18 +41,8 @@ def _pool_logits_kernel(
 ):
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
-    logits_slice(tl.program_id(0), tl.program_id(1), y, norm_w, norm_b, table, ids, prior, pool, logits, W, K, D, eps,
-                 stride_y, stride_t, stride_ib, stride_id, stride_pb, stride_pd, HAS_BIAS, BLOCK_K, BLOCK_D)
-
-
-@triton.jit
-def logits_slice(
-    i_r, i_k, y, norm_w, norm_b, table, ids, prior, pool, logits,
-    W, K, D, eps,
-    stride_y, stride_t, stride_ib, stride_id, stride_pb, stride_pd,
-    HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-):  # fmt: skip
-    """Node row i_r's pool logits i_k * BLOCK_K ... (launch 1 of the module docstring)."""
+    i_r = tl.program_id(0)
+    i_k = tl.program_id(1)
     i_b = i_r // W
     p = tl.load(pool + i_r)
     o_d = tl.arange(0, BLOCK_D)
@@ -84,28 +74,12 @@ def _pool_top_kernel(
 ):
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
-    row_top(tl.program_id(0), logits, ids, pool, out_lp, out_tok, out_ix, f_score, f_item, f_logp, node, grow, score,
-            depth, W, K, c, stride_ib, stride_id, stride_fs, stride_fi, stride_fl, BLOCK_K, BLOCK_C, PUSH, False)
-
-
-@triton.jit
-def row_top(
-    i_r, logits, ids, pool, out_lp, out_tok, out_ix,
-    f_score, f_item, f_logp, node, grow, score, depth,
-    W, K, c,
-    stride_ib, stride_id, stride_fs, stride_fi, stride_fl,
-    BLOCK_K: tl.constexpr, BLOCK_C: tl.constexpr, PUSH: tl.constexpr, SAME_LAUNCH: tl.constexpr,
-):  # fmt: skip
-    """Node row i_r's log-softmax and top c (launch 2 of the module docstring); PUSH: into the frontier.
-    SAME_LAUNCH: the logits were written by other programs of this launch, so their loads bypass L1."""
+    i_r = tl.program_id(0)
     i_b = i_r // W
     p = tl.load(pool + i_r)
     o_k = tl.arange(0, BLOCK_K)
     m_k = o_k < K
-    if SAME_LAUNCH:
-        b_x = tl.load(logits + i_r * K + o_k, mask=m_k, other=float("-inf"), cache_modifier=".cg")
-    else:
-        b_x = tl.load(logits + i_r * K + o_k, mask=m_k, other=float("-inf"))
+    b_x = tl.load(logits + i_r * K + o_k, mask=m_k, other=float("-inf"))
     m = tl.max(b_x, axis=0)
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     lse = m_safe + tl.log(tl.sum(tl.exp(b_x - m_safe), axis=0))
@@ -146,24 +120,6 @@ def pool_top(
     ids, grow flags, scores and depths [B, w]), the second launch pushes the children as
     `weaver.ops.weaver_frontier.frontier_push` does, with candidate-table rows 1 + pool * K + index, and returns
     None: one launch less per adapter step."""
-    outs, logits_args, top_args, grid, blocks = tail_launch_args(y, norm_weight, norm_bias, eps, table, pool_ids,
-                                                                 pool_prior, pool, c, push)  # fmt: skip
-    if grid[0] == 0:
-        return outs
-    block_k, block_d, block_kall, block_c = blocks
-    _pool_logits_kernel[grid](*logits_args, HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d,
-                              num_warps=4, **pdl_launch(y.device))  # fmt: skip
-    _pool_top_kernel[(grid[0],)](*top_args, BLOCK_K=block_kall, BLOCK_C=block_c, PUSH=push is not None, num_warps=4,
-                                 **pdl_launch(y.device))  # fmt: skip
-    return outs
-
-
-def tail_launch_args(
-    y, norm_weight, norm_bias, eps, table, pool_ids, pool_prior, pool, c, push
-) -> tuple[tuple | None, tuple, tuple, tuple[int, int], tuple[int, int, int, int]]:  # fmt: skip
-    """`pool_top`'s arguments checked: its outputs (None with `push`), `logits_slice`'s arguments after (i_r, i_k),
-    `row_top`'s after i_r (to the strides), the logits launch's grid (rows, K blocks) and the block sizes (the
-    logits' BLOCK_K and BLOCK_D, the tail's BLOCK_K and BLOCK_C)."""
     check_device(y, norm_weight, norm_bias, table, pool_ids, pool_prior, pool)
     r, d = y.shape
     b, _, k = pool_ids.shape
@@ -184,15 +140,24 @@ def tail_launch_args(
     else:
         outs, frontier = None, _push_args(push, b, r // b)
         f_strides = (frontier[0].stride(0), frontier[1].stride(0), frontier[2].stride(0))
+    if r == 0:
+        return outs
     block_d = triton.next_power_of_2(d)
     block_k = max(1, min(32, 8192 // block_d, triton.next_power_of_2(k)))  # <= 8K gathered values a program
-    logits_args = (y, norm_weight, norm_bias if norm_bias is not None else norm_weight, table, ids, prior, pool,
-                   logits, r // b, k, d, eps, y.stride(0), table.stride(0), ids.stride(0), ids.stride(1),
-                   prior.stride(0), prior.stride(1))  # fmt: skip
-    top_args = (logits, ids, pool, *(outs or (logits,) * 3), *frontier, r // b, k, c, ids.stride(0), ids.stride(1),
-                *f_strides)  # fmt: skip
-    blocks = (block_k, block_d, triton.next_power_of_2(k), max(2, triton.next_power_of_2(c)))
-    return outs, logits_args, top_args, (r, triton.cdiv(k, block_k)), blocks
+    _pool_logits_kernel[(r, triton.cdiv(k, block_k))](
+        y, norm_weight, norm_bias if norm_bias is not None else norm_weight, table, ids, prior, pool, logits,
+        r // b, k, d, eps,
+        y.stride(0), table.stride(0), ids.stride(0), ids.stride(1), prior.stride(0), prior.stride(1),
+        HAS_BIAS=norm_bias is not None, BLOCK_K=block_k, BLOCK_D=block_d, num_warps=4, **pdl_launch(y.device),
+    )
+    _pool_top_kernel[(r,)](
+        logits, ids, pool, *(outs or (logits,) * 3), *frontier,
+        r // b, k, c,
+        ids.stride(0), ids.stride(1), *f_strides,
+        BLOCK_K=triton.next_power_of_2(k), BLOCK_C=max(2, triton.next_power_of_2(c)), PUSH=push is not None,
+        num_warps=4, **pdl_launch(logits.device),
+    )
+    return outs
 
 
 def pool_top_push(*args) -> None:

@@ -30,7 +30,7 @@ import triton.language as tl
 from weaver.kernels.triton._utils import check_device, next_pow2, pdl_launch, pdl_wait
 from weaver.kernels.triton.topk import select_top
 
-__all__ = ["frontier_pop_inputs", "pop_launch_args", "pop_row", "push_children"]
+__all__ = ["frontier_pop_inputs", "push_children"]
 
 COLUMNS_PER_PASS = 512  # node-input columns a pass: a 27B adapter's 2,048 in one block spilled registers
 POP_WARPS = 4  # warps of the one program per batch row (scripts/gpu/pop_ab.py times the alternatives)
@@ -50,36 +50,10 @@ def _pop_kernel(
 ):  # fmt: skip
     if PDL:  # programmatic dependent launch: nothing is read before the wait
         pdl_wait()
-    pop_row(
-        tl.program_id(0).to(tl.int64), f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out,
-        score_out, F, N, DEPTH, W, B, stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-        visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin, P, S_TOT, D, HD,
-        stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
-        stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_F, BLOCK_W, BLOCK_S, BLOCK_D, ROPE,
-        False,
-    )  # fmt: skip
-
-
-@triton.jit
-def pop_row(
-    b, f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
-    F, N, DEPTH, W, B,
-    stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
-    P, S_TOT, D, HD,
-    stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
-    stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
-    BLOCK_F: tl.constexpr, BLOCK_W: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-    ROPE: tl.constexpr, AFTER_PUSH: tl.constexpr,
-):  # fmt: skip
-    """Batch row b's pop and its nodes' inputs (module docstring). AFTER_PUSH: the frontier was written by other
-    programs of the same launch (`pool_push_pop`), so its loads bypass L1."""
+    b = tl.program_id(0).to(tl.int64)
     o_f = tl.arange(0, BLOCK_F)
     m_f = o_f < F
-    if AFTER_PUSH:
-        b_score = tl.load(f_score + b * stride_fs + o_f, mask=m_f, other=0.0, cache_modifier=".cg")
-    else:
-        b_score = tl.load(f_score + b * stride_fs + o_f, mask=m_f, other=0.0)
+    b_score = tl.load(f_score + b * stride_fs + o_f, mask=m_f, other=0.0)
     val, col = select_top(b_score, m_f, W, BLOCK_F, BLOCK_W, True)  # [BLOCK_W], descending
     col = col.to(tl.int64)
     o_w = tl.arange(0, BLOCK_W)
@@ -88,18 +62,11 @@ def pop_row(
     take = m_w & (val > float("-inf")) & (o_w < (N - 1) - cnt)
     tl.store(f_score + b * stride_fs + col, tl.full([BLOCK_W], float("-inf"), tl.float64), mask=take)
     p_item = f_item + b * stride_fi + col * 4
-    if AFTER_PUSH:
-        parent = tl.load(p_item, mask=m_w, other=0, cache_modifier=".cg")
-        token = tl.load(p_item + 1, mask=m_w, other=0, cache_modifier=".cg")
-        depth = tl.load(p_item + 2, mask=m_w, other=0, cache_modifier=".cg")
-        cand = tl.load(p_item + 3, mask=m_w, other=0, cache_modifier=".cg")
-        lp = tl.load(f_logp + b * stride_fl + col, mask=m_w, other=0.0, cache_modifier=".cg")
-    else:
-        parent = tl.load(p_item, mask=m_w, other=0)
-        token = tl.load(p_item + 1, mask=m_w, other=0)
-        depth = tl.load(p_item + 2, mask=m_w, other=0)
-        cand = tl.load(p_item + 3, mask=m_w, other=0)
-        lp = tl.load(f_logp + b * stride_fl + col, mask=m_w, other=0.0)
+    parent = tl.load(p_item, mask=m_w, other=0)
+    token = tl.load(p_item + 1, mask=m_w, other=0)
+    depth = tl.load(p_item + 2, mask=m_w, other=0)
+    cand = tl.load(p_item + 3, mask=m_w, other=0)
+    lp = tl.load(f_logp + b * stride_fl + col, mask=m_w, other=0.0)
     node = cnt + 1 + o_w
     scratch = N + o_w
     dst = tl.where(take, node, scratch)
@@ -161,20 +128,6 @@ def frontier_pop_inputs(
     float64, then the nodes' input rows x [B, w, d], block-`layer` q [B, w, d] (heads concatenated) and
     visibility rows [B, w, P + S] bool. The whole [L, ...] buffers are arguments so that the custom op
     (`weaver.kernels.weaver_frontier`) mutates its inputs, not views of them."""
-    outs, args, blocks = pop_launch_args(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible,
-                                         prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos,
-                                         rope_sin)  # fmt: skip
-    if f_score.shape[0]:
-        _pop_kernel[(f_score.shape[0],)](*args, **blocks, num_warps=POP_WARPS, **pdl_launch(f_score.device))
-    return outs
-
-
-def pop_launch_args(
-    f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible, prefix_mask, cand_x, cand_qkv, k_buf,
-    v_buf, layer, prefix_len, rope_cos, rope_sin,
-) -> tuple[tuple[torch.Tensor, ...], tuple, dict]:  # fmt: skip
-    """`frontier_pop_inputs`' arguments checked: its seven outputs (allocated), `pop_row`'s arguments after b (up to
-    the strides) and its block sizes."""
     check_device(f_score, f_item, f_logp, count, nodes, logps, valid, visible, prefix_mask, cand_x, cand_qkv, k_buf,
                  v_buf)  # fmt: skip
     b, f1 = f_score.shape
@@ -190,12 +143,17 @@ def pop_launch_args(
     score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
     outs, (ptrs, ints, strides), blocks = _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf,
                                                        layer, prefix_len, rope_cos, rope_sin, depth)  # fmt: skip
-    args = (f_score, f_item, f_logp, count, nodes, logps, valid.view(torch.uint8), step, node, grow.view(torch.uint8),
-            score, f1 - 1, n, depth, w, b,
+    if b:
+        _pop_kernel[(b,)](
+            f_score, f_item, f_logp, count, nodes, logps, valid.view(torch.uint8), step, node,
+            grow.view(torch.uint8), score,
+            f1 - 1, n, depth, w, b,
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
-            *ptrs, *ints, *strides)  # fmt: skip
-    blocks = dict(BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None)
-    return (step, node, grow, score, *outs), args, blocks
+            *ptrs, *ints, *strides,
+            BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None,
+            num_warps=POP_WARPS, **pdl_launch(f_score.device),
+        )  # fmt: skip
+    return (step, node, grow, score, *outs)
 
 
 @triton.jit

@@ -12,11 +12,9 @@ Two loops do that, with the same results:
 - `grow_reference`: the torch reference of the bookkeeping (`weaver.ops.weaver_frontier`) around
   `WeaverAdapter.step_top`; it runs with kernels="torch", on a CPU, and wherever the round has no
   candidate table.
-- `grow_kernels`: where the kernels run and the round has the candidate table, the first pop and its nodes'
-  inputs are one launch (`frontier_pop_inputs`); then each step is the block(s) and one launch for the scoring
-  tail, the push and the next pop (`WeaverAdapter.step_top_prepared(..., pop=)`,
-  `weaver.kernels.triton.pool_push_pop`): ~20 small kernels a step fewer than the reference, two launches fewer
-  than the tail's two and the pop's one.
+- `grow_kernels`: where the kernels run and the round has the candidate table, each step is one launch for
+  the pop and the nodes' inputs (`frontier_pop_inputs`), the block(s), and the scoring tail with the push
+  inside its second launch (`WeaverAdapter.step_top_prepared`): ~20 small kernels a step fewer.
 """
 
 from __future__ import annotations
@@ -49,7 +47,6 @@ class Frontier:
     logps: torch.Tensor  # [B, N + w] float32: their log p
     valid: torch.Tensor  # [B, N + w] bool
     count: torch.Tensor  # [B] long: non-root nodes so far
-    tickets: torch.Tensor  # [B w + B] int32 zeros: the hand-over counters of the kernel loop's fused launch
     n: int  # N: nodes per row, root included
     depth: int  # D': the deepest node (not grown)
     width: int  # w: entries popped a step
@@ -72,7 +69,6 @@ class Frontier:
             logps=torch.zeros(b, n + width, dtype=torch.float32, device=dev),
             valid=valid,
             count=torch.zeros(b, dtype=torch.long, device=dev),
-            tickets=torch.zeros(b * width + b, dtype=torch.int32, device=dev),
             n=n,
             depth=depth,
             width=width,
@@ -113,11 +109,9 @@ def grow_reference(
 ) -> None:
     """`rounds` pop rounds with the torch bookkeeping (the row selection through `topk_last`)."""
     topk = functools.partial(topk_last, options=options)
-    for i in range(rounds):
+    for _ in range(rounds):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
         step, node, grow, score = frontier_pop(*frontier.pop_args(), topk=topk)
-        if i == rounds - 1:  # no round pops the last one's children: its adapter step would be dead work
-            break
         # 2) grow: one adapter step for the popped nodes above depth D' of rows that still have room
         slot, token, parent, depth, cand, _ = step
         top_lp, top_tok, top_cand = adapter.step_top(state, slot, token, parent, depth, c, cand)
@@ -127,14 +121,10 @@ def grow_reference(
 def grow_kernels(
     adapter: WeaverAdapter, state: WeaverRound, frontier: Frontier, rounds: int, c: int, options: RuntimeOptions
 ) -> None:
-    """`rounds` pop rounds: the first pop alone, then each adapter step's block(s) and one launch for its scoring
-    tail, its push and the next round's pop (module docstring); the last round pops alone, as in `grow_reference`."""
-    if rounds == 0:
-        return
-    pop = (*frontier.pop_args()[3:], state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k, state.v,
-           0, state.prefix_len)  # fmt: skip
-    popped = frontier_pop_inputs(*frontier.push_args(), *pop, options, state.cand_rope)
-    for _ in range(rounds - 1):
-        step, node, grow, score, *inputs = popped
-        popped = adapter.step_top_prepared(state, step, c, inputs, push=(*frontier.push_args(), node, grow, score),
-                                           pop=(*pop, state.cand_rope), tickets=frontier.tickets)  # fmt: skip
+    """`rounds` pop rounds as two fused launches around the adapter's block(s) (module docstring)."""
+    for _ in range(rounds):
+        step, node, grow, score, *inputs = frontier_pop_inputs(
+            *frontier.pop_args(), state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k, state.v,
+            0, state.prefix_len, options, state.cand_rope,
+        )  # fmt: skip
+        adapter.step_top_prepared(state, step, c, inputs, push=(*frontier.push_args(), node, grow, score))
