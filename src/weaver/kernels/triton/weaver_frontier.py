@@ -151,7 +151,10 @@ def frontier_pop_inputs(
             f_score.stride(0), f_item.stride(0), f_logp.stride(0), nodes.stride(0), logps.stride(0), valid.stride(0),
             *ptrs, *ints, *strides,
             BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None,
-            num_warps=POP_WARPS, **pdl_launch(f_score.device),
+            # no fused multiply-adds: the RoPE rotation rounds x * cos and pair * sin apart, as `rotate_qk` does
+            # (with them the compiled RoPE pop differed from its reference: scale/h100_session53_build; the fix is
+            # not yet run on a GPU)
+            num_warps=POP_WARPS, enable_fp_fusion=False, **pdl_launch(f_score.device),
         )  # fmt: skip
     return (step, node, grow, score, *outs)
 
