@@ -20,7 +20,8 @@ from weaver.cli import main
      ["train", "drafter", "--data", "d", "--out", "o", "--steps", "0"],
      ["train", "weaver", "--data", "d", "--drafter", "x", "--out", "o", "--batch-size", "0"],
      ["data", "build", "--out", "o", "--max-prompts", "0"], ["data", "regenerate", "--prompts", "p", "--out", "o",
-     "--max-new-tokens", "0"], ["data", "token-map", "--data", "d", "--size", "0"]],
+     "--max-new-tokens", "0"], ["data", "token-map", "--data", "d", "--size", "0"], ["serve", "--max-queue", "0"],
+     ["serve", "--budgets", "8", "0"], ["serve", "--retry-after", "-1"]],
 )  # fmt: skip
 def test_counts_below_one_are_usage_errors(argv, capsys):
     """`bench ar --runs 0` and `train drafter --steps 0` were tracebacks, `data build --max-prompts 0` an empty set."""

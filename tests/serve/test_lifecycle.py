@@ -22,7 +22,6 @@ from weaver.serve.prompts import chat_ids
     (["--model", "no-such-model"], "unknown model 'no-such-model'"),
     (["--model", "tiny-llama", "--random-weights"], "has no tokenizer"),
     (["--model", "{cfg}", "--random-weights", "--method", "weaver"], "needs a drafter and an adapter"),
-    (["--model", "{cfg}", "--random-weights", "--max-queue", "0"], "--max-queue must be >= 1"),
     (["--model", "{cfg}", "--random-weights", "--drafter", "random", "--draft-vocab", "missing.safetensors"],
      "no such token map"),
 ])  # fmt: skip

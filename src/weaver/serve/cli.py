@@ -13,6 +13,7 @@ import argparse
 import logging
 import signal
 
+from weaver.argtypes import positive_int
 from weaver.errors import GenerationConfigError
 from weaver.options import add_runtime_arguments, runtime_options
 from weaver.serve.config import Limits, ServeConfig
@@ -34,10 +35,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the drafter scores only this token map's tokens (`weaver data token-map`; README)")
     p.add_argument("--method", default="auto", choices=["auto", *METHODS],
                    help="default method (auto: weaver with a drafter and an adapter, ddtree with a drafter, else ar)")
-    p.add_argument("--budget", type=int, default=64, help="default tree budget (non-root nodes per round)")
+    p.add_argument("--budget", type=positive_int, default=64, help="default tree budget (non-root nodes per round)")
     p.add_argument("--methods", nargs="+", default=None, choices=METHODS,
                    help="methods a request may pick in weaver.method (default: all the loaded draft models allow)")
-    p.add_argument("--budgets", nargs="+", type=int, default=None,
+    p.add_argument("--budgets", nargs="+", type=positive_int, default=None,
                    help="budgets a request may pick in weaver.budget (default: --budget); each is warmed up")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
@@ -47,27 +48,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random weights / draft models")
     g = p.add_argument_group("limits (a request past one gets a 4xx with an OpenAI-style error body)")
     d = Limits()
-    g.add_argument("--max-queue", type=int, default=d.max_queue,
+    g.add_argument("--max-queue", type=positive_int, default=d.max_queue,
                    help=f"requests waiting behind the running one; more get 429 (default {d.max_queue})")
-    g.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes,
+    g.add_argument("--max-body-bytes", type=positive_int, default=d.max_body_bytes,
                    help=f"request body limit, 413 above (default {d.max_body_bytes})")
-    g.add_argument("--max-tokens-limit", type=int, default=None, help="cap on a request's max_tokens "
+    g.add_argument("--max-tokens-limit", type=positive_int, default=None, help="cap on a request's max_tokens "
                    "(default: the context)")  # fmt: skip
-    g.add_argument("--default-max-tokens", type=int, default=d.default_max_tokens,
+    g.add_argument("--default-max-tokens", type=positive_int, default=d.default_max_tokens,
                    help=f"max_tokens of a request that names none (default {d.default_max_tokens})")
     g.add_argument("--max-stop", type=int, default=d.max_stop, help=f"stop strings per request (default {d.max_stop})")
-    g.add_argument("--retry-after", type=int, default=d.retry_after_s, help="Retry-After seconds of a 429")
+    g.add_argument("--retry-after", type=positive_int, default=d.retry_after_s, help="Retry-After seconds of a 429")
     g.add_argument("--shutdown-timeout", type=float, default=d.shutdown_timeout_s,
                    help=f"seconds in-flight requests get to finish after SIGTERM before they are cancelled "
                         f"(default {d.shutdown_timeout_s:g})")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     add_runtime_arguments(p)
-
-
-def _positive(name: str, value: int | float | None) -> None:
-    if value is not None and value < 1:
-        raise GenerationConfigError(f"{name} must be >= 1, got {value}")
 
 
 def load_llm(args: argparse.Namespace):
@@ -84,8 +80,6 @@ def load_llm(args: argparse.Namespace):
 
 def serve_config(args: argparse.Namespace, llm) -> ServeConfig:
     """Methods, budgets and limits from the flags, checked against what the loaded model can do."""
-    for name in ("budget", "max_queue", "max_body_bytes", "max_tokens_limit", "default_max_tokens", "retry_after"):
-        _positive("--" + name.replace("_", "-"), getattr(args, name))
     if llm.tokenizer is None:
         raise GenerationConfigError(
             f"{args.model} has no tokenizer (a random model with a vocabulary under 256): give a config with "
@@ -104,8 +98,6 @@ def serve_config(args: argparse.Namespace, llm) -> ServeConfig:
     if method not in methods:
         methods = (method, *methods)
     budgets = tuple(dict.fromkeys(args.budgets or [args.budget]))
-    for b in budgets:
-        _positive("--budgets", b)
     if args.budget not in budgets:
         budgets = (args.budget, *budgets)
     limits = Limits(max_queue=args.max_queue, max_body_bytes=args.max_body_bytes, max_tokens=args.max_tokens_limit,
