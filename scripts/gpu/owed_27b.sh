@@ -8,7 +8,10 @@
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
 #   bash scripts/gpu/gemv_tiles_ab.sh                       the down projection's gemv_tiles against cuBLAS
-#   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt against cuBLAS in the rounds
+#   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt (RuntimeOptions.blas auto's choice at 27B since
+#                                                           session 53, from H100 runs) against cuBLAS in the rounds
+#   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the RoPE pop without FMA
+#                                                           contraction (session 53's fix of a compiled-only failure)
 #   the rest of `bench scale` in parts (ddtree, budgets 16 / 32 / 128, verify alone, prefill), as in
 #   benchmarks/results/scale/h100_session52/COMMAND.txt, then `weaver bench scale --merge` of every part.
 OUT=${OUT:-/tmp/owed_out}
