@@ -96,6 +96,18 @@ def test_blas_library_resolves_auto_by_the_targets_width() -> None:
     assert torch.backends.cuda.preferred_blas_library() == before
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without cuBLASLt (the CPU build)")
+def test_a_blas_library_torch_lacks() -> None:
+    """The CPU build of torch refuses cuBLASLt: auto keeps torch's library, naming it is a clear error."""
+    from weaver.kernels import launch_config
+
+    before = torch.backends.cuda.preferred_blas_library()
+    launch_config.configure(RuntimeOptions(), 5120, cuda=True)
+    assert torch.backends.cuda.preferred_blas_library() == before
+    with pytest.raises(GenerationConfigError, match="blas='cublaslt'"):
+        launch_config.configure(RuntimeOptions(blas="cublaslt"), 576, cuda=True)
+
+
 def test_llm_passes_its_options_to_the_engine_and_the_model() -> None:
     options = RuntimeOptions(kernels="torch", cuda_graphs="off")
     llm = weaver.LLM.from_config("tiny-qwen3_5", random_weights=True, seed=0, options=options, dtype="fp32",

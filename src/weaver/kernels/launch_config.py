@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from weaver.errors import GenerationConfigError
 from weaver.options import RuntimeOptions
 
 __all__ = ["BLAS_LT_MIN_HIDDEN", "LaunchSettings", "blas_library", "configure", "settings"]
@@ -39,7 +40,11 @@ def configure(options: RuntimeOptions, hidden_size: int | None = None, cuda: boo
     _SETTINGS.tuning = options.tuning
     library = blas_library(options, hidden_size)
     if cuda and library is not None:
-        torch.backends.cuda.preferred_blas_library(library)
+        try:
+            torch.backends.cuda.preferred_blas_library(library)
+        except RuntimeError as exc:  # a torch built without that library: auto keeps torch's, a named one is an error
+            if options.blas != "auto":
+                raise GenerationConfigError(f"blas={options.blas!r}: {exc}") from None
 
 
 def blas_library(options: RuntimeOptions, hidden_size: int | None) -> str | None:
