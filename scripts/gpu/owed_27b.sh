@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19 on an H200, one device call (~560 s of command): the figures its acceptance asks for, most needed first,
+# Issue 19 on an H200, one device call (~600 s of command): the figures its acceptance asks for, most needed first,
 # each step bounded so a cut call still returns what ran (every file is written under $OUT as it goes).
 #   1. scale/: `weaver bench scale` (the deliverable's own report) for ar, chain 16 and weaver 64: the AR step
 #      against its floor, each round and its draft / build / verify / accept / commit;
@@ -10,12 +10,16 @@
 #   bash scripts/gpu/gemv_tiles_ab.sh                       the down projection's gemv_tiles against cuBLAS
 #   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt (RuntimeOptions.blas auto's choice at 27B since
 #                                                           session 53, from H100 runs) against cuBLAS in the rounds
-#   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the RoPE pop without FMA
-#                                                           contraction (session 53's fix of a compiled-only failure)
+#   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the whole file (step 0 below runs
+#                                                           only the RoPE pop test)
 #   the rest of `bench scale` in parts (ddtree, budgets 16 / 32 / 128, verify alone, prefill), as in
 #   benchmarks/results/scale/h100_session52/COMMAND.txt, then `weaver bench scale --merge` of every part.
 OUT=${OUT:-/tmp/owed_out}
 source scripts/gpu/common.sh
+# any GPU, first (~40 s): session 53's fix of the compiled RoPE pop test (enable_fp_fusion=False), not yet run
+timeout 60 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider -n 8 \
+  tests/kernels/test_weaver_frontier.py -k pop_with_node_inputs > "$OUT/pop_test.txt" 2>&1
+tail -n 3 "$OUT/pop_test.txt"
 if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: these figures are the H200's"
   exit 0
