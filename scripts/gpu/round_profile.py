@@ -22,6 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import weaver
 from weaver.bench.scale import NAMED, attach_named
+from weaver.options import BLAS
 from weaver.speculative.round import Stages
 
 STAGES = Stages.NAMES
@@ -203,7 +204,7 @@ def main() -> int:
     parser.add_argument("--no-inductor-pdl", action="store_true",
                         help="inductor's kernels without PDL, weaver's with it: session 49's change alone, the A/B")
     parser.add_argument("--tuning", default=None, help="RuntimeOptions.tuning: a tuning table (JSON) or none")
-    parser.add_argument("--blas", default="auto", choices=["auto", "cublas", "cublaslt"],
+    parser.add_argument("--blas", default="auto", choices=BLAS,
                         help="RuntimeOptions.blas: torch's BLAS library for the GEMMs of several rows (the A/B)")
     args = parser.parse_args()
     if args.no_inductor_pdl:

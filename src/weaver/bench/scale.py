@@ -80,9 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     taus = measured_tau(args.tau_from)  # a bad file fails before the model is built
+    command = " ".join(["weaver", "bench", "scale", *sys.argv[3:]])
     if args.merge:
         report = merge_reports([Path(p) for p in args.merge])
-        report["command"] = " ".join(["weaver", "bench", "scale", *sys.argv[3:]])
+        report["command"] = command
         report["projection"] = projection(report, taus)
         write_report(report, Path(args.out))
         print(markdown(report))
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
         llm.set_draft_vocab(args.draft_vocab)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    report = {"command": " ".join(["weaver", "bench", "scale", *sys.argv[3:]]), "model": args.model,
+    report = {"command": command, "model": args.model,
               "device": device_name(llm.model.device), "dtype": str(llm.model.dtype), "torch": torch.__version__,
               "blas": blas_name(llm.model.device), "python": platform.python_version(),
               "time": time.strftime("%Y-%m-%d %H:%M:%S"),
