@@ -95,12 +95,17 @@ def side(adapter: WeaverAdapter, sets: list[tuple], reps: int) -> tuple[float, l
     return us, trees
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_ab_args(description: str) -> argparse.Namespace:
+    """The build A/B scripts' shared command line (shapes, input sets, repetitions)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--calls", type=int, default=4, help="input sets (builds per graph)")
     ap.add_argument("--reps", type=int, default=40)
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = build_ab_args(__doc__.splitlines()[0])
     dev = "cuda"
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; weaver build, budget {BUDGET}, w {W}, c {C}, "
           f"D {DEPTH}, K 512, bf16; median us per build (graphs of {args.calls})")
