@@ -47,11 +47,12 @@ def main() -> int:
             points.append((r, us))
             print(f"{shape:>8} rounds {r:>3} {us:9.1f} us  nodes {int(trees[0].valid.sum())}", flush=True)
         builder_module.weaver_search_rounds = natural
-        x = torch.tensor([p[0] for p in points], dtype=torch.float64)
-        y = torch.tensor([p[1] for p in points], dtype=torch.float64)
-        slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
-        print(f"{shape:>8} fit: once {float(y.mean()) - slope * float(x.mean()):.1f} us + {slope:.1f} us a round",
-              flush=True)
+        if len(points) > 1:  # one round count: its time alone
+            x = torch.tensor([p[0] for p in points], dtype=torch.float64)
+            y = torch.tensor([p[1] for p in points], dtype=torch.float64)
+            slope = float(((x - x.mean()) * (y - y.mean())).sum() / ((x - x.mean()) ** 2).sum())
+            print(f"{shape:>8} fit: once {float(y.mean()) - slope * float(x.mean()):.1f} us + {slope:.1f} us a round",
+                  flush=True)
         del adapter
         torch.cuda.empty_cache()
     return 0

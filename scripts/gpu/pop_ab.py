@@ -54,7 +54,7 @@ def pop_inputs(vocab: int, d: int, heads: int, gen: torch.Generator, dev: str) -
         "f_item": item, "f_logp": -torch.rand(1, f + 1, generator=gen),
         "count": torch.tensor([8]), "nodes": torch.zeros(1, n + WIDTH, 4, dtype=torch.long),
         "logps": torch.zeros(1, n + WIDTH), "valid": torch.zeros(1, n + WIDTH, dtype=torch.bool),
-        "visible": visible, "prefix_mask": torch.arange(s_tot) <= PREFIX,
+        "visible": visible,
         "k_buf": torch.zeros(1, 1, heads, s_tot, hd, dtype=torch.bfloat16),
         "v_buf": torch.zeros(1, 1, heads, s_tot, hd, dtype=torch.bfloat16),
         "rope_cos": cos.to(torch.bfloat16), "rope_sin": sin.to(torch.bfloat16),
@@ -73,7 +73,7 @@ def run_pop(st: dict, score0: torch.Tensor, count0: torch.Tensor):
     n = BUDGET + 1
     return wf.frontier_pop_inputs(
         st["f_score"], st["f_item"], st["f_logp"], st["count"], st["nodes"], st["logps"], st["valid"], n, DEPTH,
-        WIDTH, st["visible"], st["prefix_mask"], st["cand_x"], st["cand_qkv"], st["k_buf"], st["v_buf"], 0,
+        WIDTH, st["visible"], st["cand_x"], st["cand_qkv"], st["k_buf"], st["v_buf"], 0,
         PREFIX + 1, st["rope_cos"], st["rope_sin"],
     )  # fmt: skip
 

@@ -27,20 +27,20 @@ _Popped = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
 @torch.library.custom_op("weaver::frontier_pop_inputs", mutates_args=_MUTATES)
 def frontier_pop_inputs_op(
     f_score: torch.Tensor, f_item: torch.Tensor, f_logp: torch.Tensor, count: torch.Tensor, nodes: torch.Tensor,
-    logps: torch.Tensor, valid: torch.Tensor, n: int, depth: int, w: int, visible: torch.Tensor,
-    prefix_mask: torch.Tensor, cand_x: torch.Tensor, cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
+    logps: torch.Tensor, valid: torch.Tensor, n: int, depth: int, w: int, visible: torch.Tensor, cand_x: torch.Tensor,
+    cand_qkv: torch.Tensor, k_buf: torch.Tensor, v_buf: torch.Tensor,
     layer: int, prefix_len: int, rope_cos: torch.Tensor | None, rope_sin: torch.Tensor | None,
 ) -> _Popped:
     """`weaver.kernels.triton.weaver_frontier.frontier_pop_inputs` as a custom op."""
     from weaver.kernels.triton.weaver_frontier import frontier_pop_inputs as kernel
 
-    return kernel(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible, prefix_mask, cand_x,
+    return kernel(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible, cand_x,
                   cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin)  # fmt: skip
 
 
 @frontier_pop_inputs_op.register_fake
 def _frontier_pop_inputs_fake(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w, visible,
-                              prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos,
+                              cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos,
                               rope_sin):  # fmt: skip
     b, d = f_score.shape[0], cand_x.shape[2]
     empty = f_score.new_empty
@@ -61,7 +61,6 @@ def frontier_pop_inputs(
     depth: int,  # D'
     w: int,
     visible: torch.Tensor,  # [B, S, P + S] bool: the adapter round's visibility (rows of the step's slots written)
-    prefix_mask: torch.Tensor,  # [P + S] bool
     cand_x: torch.Tensor,  # [B, R, d] the candidate table's input rows
     cand_qkv: torch.Tensor,  # [B, R, 3 d] and first-block q | k | v
     k_buf: torch.Tensor,  # [L, B, H, P + S, hd] (layer `layer` written)
@@ -76,7 +75,7 @@ def frontier_pop_inputs(
     the tables are the vocabulary's (rows by token, q / k unrotated) and the nodes' q / k are rotated at
     their positions depth + 1 (`WeaverAdapter.node_positions`; a grown node sits above D')."""
     pop = (f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
-    inputs = (visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf)
+    inputs = (visible, cand_x, cand_qkv, k_buf, v_buf)
     cos, sin = rope if rope is not None else (None, None)
     if use_kernel(options, f_score):
         return launch(frontier_pop_inputs_op, "weaver.kernels.triton.weaver_frontier", "frontier_pop_inputs", *pop,

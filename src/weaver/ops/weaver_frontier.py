@@ -1,7 +1,7 @@
 """The device weaver builder's bookkeeping per adapter step, in tensor ops: pop, node inputs, push (DESIGN §8).
 
     step, node, grow, score = frontier_pop(f_score, f_item, f_logp, count, nodes, logps, valid, n, depth, w)
-    x, q, seen = node_inputs(visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, slot, parent, cand, 0, P)
+    x, q, seen = node_inputs(visible, cand_x, cand_qkv, k_buf, v_buf, slot, parent, cand, 0, P)
     ... the adapter's block(s) and scoring tail: each node's top-c children (log p, token, candidate row) ...
     frontier_push(f_score, f_item, f_logp, node, grow, score, depth, top_lp, top_tok, top_cand)
 
@@ -83,16 +83,18 @@ def frontier_pop(
 
 def node_visibility(
     visible: torch.Tensor,  # [B, S, P + S] bool (rows `slot` written)
-    prefix_mask: torch.Tensor,  # [P + S] bool: the prefix columns
     slot: torch.Tensor,  # [B, w] long: the nodes' slots
     parent: torch.Tensor,  # [B, w] long: their parents' slots, -1 for a root
     prefix_len: int,  # P
 ) -> torch.Tensor:
     """Each node's visibility row: its parent's (prefix + the parent's ancestors-or-self) or the prefix alone,
-    plus itself; written into `visible` and returned [B, w, P + S]."""
+    plus itself; written into `visible` and returned [B, w, P + S]. The prefix alone is columns < P, computed
+    where it is read: a stored mask, recomputed by inductor before each custom op that read it, cost the
+    compiled build a launch a step."""
     b, w = slot.shape
     rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
-    seen = torch.where(parent[..., None] >= 0, visible[rows, parent.clamp(min=0)], prefix_mask)
+    prefix = torch.arange(visible.shape[2], device=visible.device) < prefix_len
+    seen = torch.where(parent[..., None] >= 0, visible[rows, parent.clamp(min=0)], prefix)
     seen = seen.scatter(2, (prefix_len + slot)[..., None], True)
     visible[rows, slot] = seen
     return seen
@@ -100,7 +102,6 @@ def node_visibility(
 
 def node_inputs(
     visible: torch.Tensor,  # [B, S, P + S] bool
-    prefix_mask: torch.Tensor,  # [P + S] bool
     cand_x: torch.Tensor,  # [B, R, d]: input rows of the root (row 0) and every pool candidate
     cand_qkv: torch.Tensor,  # [B, R, 3 d]: their q | k | v in block `layer`
     k_buf: torch.Tensor,  # [L, B, H, P + S, hd] (layer `layer`, columns P + slot written)
@@ -120,7 +121,7 @@ def node_inputs(
     b, w = slot.shape
     d = cand_x.shape[2]
     heads, head_dim = k_buf.shape[2], k_buf.shape[4]
-    seen = node_visibility(visible, prefix_mask, slot, parent, prefix_len)
+    seen = node_visibility(visible, slot, parent, prefix_len)
     rows = torch.arange(b, device=slot.device)[:, None].expand(b, w)
     x = cand_x[rows, cand]  # [B, w, d]
     qkv = cand_qkv[rows, cand]  # [B, w, 3 d]

@@ -394,8 +394,7 @@ class WeaverAdapter(nn.Module):
             if layer + 1 < cfg.num_layers:  # the last layer's prefix outputs are never read
                 x = block.finish(x, masked_attention(q, k, v, causal.expand(b, p, p)))
         state = WeaverRound(
-            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32),
-            prefix_mask=visible[0, 0].clone(),  # a copy: row 0 of `visible` becomes the root's
+            k_buf, v_buf, visible, pool_ids.to(ref.device).long(), pool_prior.to(ref.device, torch.float32)
         )
         if root is None or not use_kernel(self.options, ref):
             return state
@@ -519,15 +518,15 @@ class WeaverAdapter(nn.Module):
         if cand is not None and state.cand_x is not None:
             first = self.blocks[0]
             if state.cand_rope is None:
-                x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
+                x, q0, seen = node_inputs(state.visible, state.cand_x, state.cand_qkv, state.k,
                                           state.v, slot, parent, cand.to(dev).long(), 0, p)  # fmt: skip
             else:  # the vocabulary's rows, by token, q / k rotated at the nodes' positions
-                x, q0, seen = node_inputs(state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k,
+                x, q0, seen = node_inputs(state.visible, state.cand_x, state.cand_qkv, state.k,
                                           state.v, slot, parent, token, 0, p, state.cand_rope,
                                           self.node_positions(depth, state.depth))  # fmt: skip
             q0 = q0.view(b, w, first.num_heads, first.head_dim).transpose(1, 2)  # [B, H, w, hd]
         else:
-            seen = node_visibility(state.visible, state.prefix_mask, slot, parent, p)  # [B, w, P+S]
+            seen = node_visibility(state.visible, slot, parent, p)  # [B, w, P+S]
             x = self.node_rows(token, depth)  # [B, w, d_rank]
         # 2) the block(s): write each node's K/V into its slot, then attend
         x = self._blocks(state, x, rows, col, seen, depth, q0)

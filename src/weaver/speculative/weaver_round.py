@@ -23,7 +23,6 @@ class WeaverRound:
     pool_ids: torch.Tensor  # [B, D, K] long: candidates of depth d+1 in row d
     pool_prior: torch.Tensor  # [B, D, K] float32: their raw drafter logits
 
-    prefix_mask: torch.Tensor  # [P + S] bool: the prefix columns alone (what a root sees, itself aside)
     # the candidate table (`weaver.speculative.weaver`): e_n [B, 1 + D K, d_rank] and the first block's q/k/v
     # [B, 1 + D K, 3 d_rank] of the root (row 0) and every pool candidate (row 1 + t K + j), or None; or, with
     # cand_rope, the vocabulary's rows [B (stride 0), V, ...] by token, q / k unrotated: a node's are rotated by

@@ -1,7 +1,7 @@
 """The device weaver builder's pop and its nodes' inputs in one Triton launch a step, instead of ~20 kernels.
 
     step, node, grow, score, x, q, mask = frontier_pop_inputs(f_score, f_item, f_logp, count, nodes, logps,
-                                                              valid, n, depth, w, visible, prefix_mask, cand_x,
+                                                              valid, n, depth, w, visible, cand_x,
                                                               cand_qkv, k_buf, v_buf, 0, prefix_len)
     ... attention, MLP (weaver.kernels.node_attention / adapter_finish) ...
     ... scoring tail and push (weaver.kernels.triton.pool_top.pool_top(..., push=), which calls push_children) ...
@@ -41,7 +41,7 @@ def _pop_kernel(
     f_score, f_item, f_logp, count, nodes, logps, valid, step, node_out, grow_out, score_out,
     F, N, DEPTH, W, B,
     stride_fs, stride_fi, stride_fl, stride_nb, stride_lb, stride_vb,
-    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
+    visible, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
     P, S_TOT, D, HD,
     stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
@@ -95,7 +95,7 @@ def _pop_kernel(
     row = tl.where(grow, token, 0) if ROPE else tl.where(grow, cand, 0)
     _node_inputs_lanes(  # the popped lanes' node inputs, all lanes at once in this program
         b * W + o_w, b, tl.where(grow, node, scratch), tl.where(grow, parent, -1), row, tl.where(grow, depth, 0) + 1,
-        m_w, visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
+        m_w, visible, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
         P, S_TOT, D, HD, stride_visb, stride_viss, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
         stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs, BLOCK_S, BLOCK_D, ROPE,
     )  # fmt: skip
@@ -113,7 +113,6 @@ def frontier_pop_inputs(
     depth: int,  # D': nodes at this depth are not grown
     w: int,  # entries popped a step
     visible: torch.Tensor,  # [B, S, P + S] bool (rows of the step's slots written)
-    prefix_mask: torch.Tensor,  # [P + S] bool
     cand_x: torch.Tensor,  # [B, R, d]
     cand_qkv: torch.Tensor,  # [B, R, 3 d]
     k_buf: torch.Tensor,  # [L, B, H, P + S, hd]: the blocks' K (layer `layer`, column P + slot written)
@@ -128,7 +127,7 @@ def frontier_pop_inputs(
     float64, then the nodes' input rows x [B, w, d], block-`layer` q [B, w, d] (heads concatenated) and
     visibility rows [B, w, P + S] bool. The whole [L, ...] buffers are arguments so that the custom op
     (`weaver.kernels.weaver_frontier`) mutates its inputs, not views of them."""
-    check_device(f_score, f_item, f_logp, count, nodes, logps, valid, visible, prefix_mask, cand_x, cand_qkv, k_buf,
+    check_device(f_score, f_item, f_logp, count, nodes, logps, valid, visible, cand_x, cand_qkv, k_buf,
                  v_buf)  # fmt: skip
     b, f1 = f_score.shape
     for t, shape in ((f_item, (b, f1, 4)), (f_logp, (b, f1)), (count, (b,)), (nodes, (b, n + w, 4)),
@@ -141,7 +140,7 @@ def frontier_pop_inputs(
     node = torch.empty(b, w, dtype=torch.int64, device=f_score.device)
     grow = torch.empty(b, w, dtype=torch.bool, device=f_score.device)
     score = torch.empty(b, w, dtype=torch.float64, device=f_score.device)
-    outs, (ptrs, ints, strides), blocks = _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf,
+    outs, (ptrs, ints, strides), blocks = _inputs_args(b, w, visible, cand_x, cand_qkv, k_buf, v_buf,
                                                        layer, prefix_len, rope_cos, rope_sin, depth)  # fmt: skip
     if b:
         _pop_kernel[(b,)](
@@ -182,7 +181,7 @@ def push_children(
 @triton.jit
 def _node_inputs_lanes(
     i, b, slot, parent, cand, pos, ok,
-    visible, prefix, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
+    visible, cand_x, cand_qkv, k_buf, v_buf, x_out, q_out, mask_out, rope_cos, rope_sin,
     P, S_TOT, D, HD,
     stride_vb, stride_vs, stride_cxb, stride_cxr, stride_cqb, stride_cqr,
     stride_kb, stride_kh, stride_ks, stride_vvb, stride_vvh, stride_vvs,
@@ -196,8 +195,7 @@ def _node_inputs_lanes(
     o_s = tl.arange(0, BLOCK_S)[None, :]
     m_s = (o_s < S_TOT) & ok[:, None]
     row = tl.load(visible + b * stride_vb + tl.maximum(parent, 0)[:, None] * stride_vs + o_s, mask=m_s, other=0)
-    pre = tl.load(prefix + o_s, mask=m_s, other=0)
-    row = tl.where(parent[:, None] >= 0, row, pre)
+    row = tl.where(parent[:, None] >= 0, row, (o_s < P).to(row.dtype))  # a root: the prefix columns alone
     row = tl.where(o_s == P + slot[:, None], 1, row)
     tl.store(visible + b * stride_vb + slot[:, None] * stride_vs + o_s, row, mask=m_s)
     tl.store(mask_out + i[:, None] * S_TOT + o_s, row, mask=m_s)  # what the node's attention sees
@@ -229,7 +227,7 @@ def _node_inputs_lanes(
         tl.store(v_buf + b * stride_vvb + head * stride_vvh + col * stride_vvs + j, v, mask=m_d)
 
 
-def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin,
+def _inputs_args(b, w, visible, cand_x, cand_qkv, k_buf, v_buf, layer, prefix_len, rope_cos, rope_sin,
                  depth) -> tuple:  # fmt: skip
     """Checked node-input arguments of the pop: the outputs (x, q, mask), the kernel's (pointers, sizes, strides) and
     its block sizes."""
@@ -253,7 +251,7 @@ def _inputs_args(b, w, visible, prefix_mask, cand_x, cand_qkv, k_buf, v_buf, lay
     x = torch.empty(b, w, d, dtype=cand_x.dtype, device=cand_x.device)
     q = torch.empty(b, w, d, dtype=cand_qkv.dtype, device=cand_x.device)
     mask = torch.empty(b, w, s_tot, dtype=torch.bool, device=cand_x.device)
-    ptrs = (visible.view(torch.uint8), prefix_mask.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
+    ptrs = (visible.view(torch.uint8), cand_x, cand_qkv, k_buf, v_buf, x, q,
             mask.view(torch.uint8), rope_cos, rope_sin)  # fmt: skip
     strides = (visible.stride(0), visible.stride(1), cand_x.stride(0), cand_x.stride(1), cand_qkv.stride(0),
                cand_qkv.stride(1), k_buf.stride(0), k_buf.stride(1), k_buf.stride(2), v_buf.stride(0),

@@ -124,7 +124,7 @@ def grow_kernels(
     """`rounds` pop rounds as two fused launches around the adapter's block(s) (module docstring)."""
     for _ in range(rounds):
         step, node, grow, score, *inputs = frontier_pop_inputs(
-            *frontier.pop_args(), state.visible, state.prefix_mask, state.cand_x, state.cand_qkv, state.k, state.v,
+            *frontier.pop_args(), state.visible, state.cand_x, state.cand_qkv, state.k, state.v,
             0, state.prefix_len, options, state.cand_rope,
         )  # fmt: skip
         adapter.step_top_prepared(state, step, c, inputs, push=(*frontier.push_args(), node, grow, score))
