@@ -151,8 +151,8 @@ def frontier_pop_inputs(
             *ptrs, *ints, *strides,
             BLOCK_F=next_pow2(f1 - 1, 32), BLOCK_W=next_pow2(w, 2), **blocks, ROPE=rope_cos is not None,
             # no fused multiply-adds: the RoPE rotation rounds x * cos and pair * sin apart, as `rotate_qk` does
-            # (with them the compiled RoPE pop differed from its reference: scale/h100_session53_build; the fix is
-            # not yet run on a GPU)
+            # (with them the compiled RoPE pop differed from its reference: scale/h100_session53_build; without,
+            # it equals it: scale/h100_session54_build)
             num_warps=POP_WARPS, enable_fp_fusion=False, **pdl_launch(f_score.device),
         )  # fmt: skip
     return (step, node, grow, score, *outs)
