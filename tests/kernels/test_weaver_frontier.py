@@ -52,9 +52,9 @@ def _args(batch: int, depth: int, max_depth: int, pool: int, seed: int, layers: 
 def _trees(args, kw, budget, w, c):
     """The device builder's tree with the Triton loop and with the reference loop (the same adapter, its
     kernels and candidate table: only the bookkeeping differs)."""
-    calls, adapter = [], kw["adapter"]
-    prepared = adapter.step_top_prepared
-    adapter.step_top_prepared = lambda *a, **k: calls.append(a[1].shape) or prepared(*a, **k)
+    calls = []
+    pop = frontier_module.frontier_pop_inputs
+    frontier_module.frontier_pop_inputs = lambda *a, **k: calls.append(a[0].shape) or pop(*a, **k)
     try:
         fused = build_weaver(*args, budget, w=w, c=c, options=TRITON, **kw)
         assert calls or fused.size == 1  # the Triton loop ran (every tree beyond the root has pop rounds)
@@ -62,7 +62,7 @@ def _trees(args, kw, budget, w, c):
         plain = build_weaver(*args, budget, w=w, c=c, options=TORCH, **kw)
         assert not calls  # ... and the reference loop did not use it
     finally:
-        del adapter.step_top_prepared
+        frontier_module.frontier_pop_inputs = pop
     return fused, plain
 
 

@@ -183,7 +183,8 @@ def test_weaver_search_rounds_cover_the_reference_pop_loop(budget, w, depth, c, 
 
 
 def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
-    """1 + weaver_search_rounds(...) adapter steps whatever the data (static shapes, static loop)."""
+    """weaver_search_rounds(...) adapter steps whatever the data (static shapes, static loop): the root's, then one
+    for every pop round but the last (whose children no round pops)."""
     counts = []
     for seed in range(3):
         args, kw = weaver_args(2, 6, 4, 6, seed=seed)
@@ -194,7 +195,7 @@ def test_weaver_device_calls_the_adapter_a_fixed_number_of_times() -> None:
         build_weaver(*args, 32, w=4, c=2, **kw)
         counts.append(calls)
     rounds = weaver_search_rounds(trie_size(32, 4, 2), 4, 4, 2)
-    assert counts[0] == counts[1] == counts[2] == [(2, 4)] * (1 + rounds)
+    assert counts[0] == counts[1] == counts[2] == [(2, 4)] * rounds
 
 
 # ---------------------------------------------------------------- ddtree

@@ -5,7 +5,8 @@ children of node i live in columns i*c .. i*c + c - 1 (a node is expanded at mos
 written once); the tree so far sits in fixed node buffers (`weaver.ops.weaver_frontier` has the layout). A
 pop round takes each row's best min(w, budget' - count) entries as the next nodes, runs ONE batched adapter
 step for those that grow (the others go to scratch slots N .. N + w - 1, as the reference pads its calls)
-and pushes each grown node's top-c children.
+and pushes each grown node's top-c children. The last round pops only: no round after it would read its
+children.
 
 Two loops do that, with the same results:
 
@@ -109,9 +110,11 @@ def grow_reference(
 ) -> None:
     """`rounds` pop rounds with the torch bookkeeping (the row selection through `topk_last`)."""
     topk = functools.partial(topk_last, options=options)
-    for _ in range(rounds):
+    for i in range(rounds):
         # 1) pop: the best min(w, budget' - count) entries, appended at count+1, count+2, ...
         step, node, grow, score = frontier_pop(*frontier.pop_args(), topk=topk)
+        if i == rounds - 1:  # no later round pops this one's children: its adapter step would be dead work
+            break
         # 2) grow: one adapter step for the popped nodes above depth D' of rows that still have room
         slot, token, parent, depth, cand, _ = step
         top_lp, top_tok, top_cand = adapter.step_top(state, slot, token, parent, depth, c, cand)
@@ -121,10 +124,13 @@ def grow_reference(
 def grow_kernels(
     adapter: WeaverAdapter, state: WeaverRound, frontier: Frontier, rounds: int, c: int, options: RuntimeOptions
 ) -> None:
-    """`rounds` pop rounds as two fused launches around the adapter's block(s) (module docstring)."""
-    for _ in range(rounds):
+    """`rounds` pop rounds as two fused launches around the adapter's block(s) (module docstring); the last
+    round pops alone, as in `grow_reference`."""
+    for i in range(rounds):
         step, node, grow, score, *inputs = frontier_pop_inputs(
             *frontier.pop_args(), state.visible, state.cand_x, state.cand_qkv, state.k, state.v,
             0, state.prefix_len, options, state.cand_rope,
         )  # fmt: skip
+        if i == rounds - 1:
+            break
         adapter.step_top_prepared(state, step, c, inputs, push=(*frontier.push_args(), node, grow, score))
