@@ -18,7 +18,7 @@
 #   benchmarks/results/scale/h100_session52/COMMAND.txt, then `weaver bench scale --merge` of every part.
 OUT=${OUT:-/tmp/owed_out}
 source scripts/gpu/common.sh
-# any GPU, first (~40 s): session 53's fix of the compiled RoPE pop test (enable_fp_fusion=False), not yet run
+# any GPU, first (~40 s): the compiled RoPE pop test (session 53's enable_fp_fusion=False; passed on an H100 in session 54)
 timeout 60 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider -n 8 \
   tests/kernels/test_weaver_frontier.py -k pop_with_node_inputs > "$OUT/pop_test.txt" 2>&1
 tail -n 3 "$OUT/pop_test.txt"
