@@ -30,13 +30,18 @@ from typing import Literal
 from weaver.errors import GenerationConfigError
 
 __all__ = [
-    "BLAS", "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions", "add_runtime_arguments", "runtime_options",
-    "triton_interpreting",
+    "BLAS", "BLAS_LT_MIN_HIDDEN", "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions",
+    "add_runtime_arguments", "runtime_options", "triton_interpreting",
 ]
 
 KERNELS = ("auto", "torch", "triton")
 CUDA_GRAPHS = ("round", "stages", "off")
 BLAS = ("auto", "cublas", "cublaslt")
+# From this hidden size `blas="auto"` takes cuBLASLt (`weaver.kernels.launch_config` applies it). H100, 27B shape
+# (hidden 5120): chain-16 round 23.914 / 23.855 -> 23.689 / 23.675 ms, weaver-64 27.655 -> 27.187 / 27.236 (the down
+# projection and the drafter's fc read faster); 135M shape (hidden 576): chain-16 0.984 / 0.983 / 0.983 -> 0.998 /
+# 0.987 / 0.992, weaver-64 level (benchmarks/results/scale/h100_session53_blas). Sizes in between are untimed.
+BLAS_LT_MIN_HIDDEN = 4096
 _BOOLS = {"1": True, "true": True, "on": True, "0": False, "false": False, "off": False}
 
 
@@ -60,7 +65,7 @@ class RuntimeOptions:
     # configurations, or None for the packaged table of this GPU (H200) when there is one
     tuning: str | None = None
     # torch's preferred BLAS library for the GEMMs of several rows (verify, draft, commit; CUDA only; process-wide,
-    # set when an engine is built): auto takes cuBLASLt for targets of hidden size >= launch_config.BLAS_LT_MIN_HIDDEN
+    # set when an engine is built): auto takes cuBLASLt for targets of hidden size >= BLAS_LT_MIN_HIDDEN
     # (on an H100 it read the 27B shape's wide GEMMs faster, the 135M ones a little slower) and torch's default
     # (cuBLAS) below
     blas: Literal["auto", "cublas", "cublaslt"] = "auto"
@@ -137,7 +142,7 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tuning", default=None, help="launch-config table from scripts/gpu/verify_sweep.py, or 'none'")
     g.add_argument("--blas", choices=BLAS, default=None,
                    help="torch's BLAS library for the GEMMs of several rows (CUDA): auto (default) takes cublaslt for "
-                        "targets of hidden size >= 4096, cublas below")  # fmt: skip
+                        f"targets of hidden size >= {BLAS_LT_MIN_HIDDEN}, cublas below")  # fmt: skip
 
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:

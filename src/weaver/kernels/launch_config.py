@@ -13,15 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from weaver.errors import GenerationConfigError
-from weaver.options import RuntimeOptions
+from weaver.options import BLAS_LT_MIN_HIDDEN, RuntimeOptions
 
 __all__ = ["BLAS_LT_MIN_HIDDEN", "LaunchSettings", "blas_library", "configure", "settings"]
-
-# From this hidden size `blas="auto"` takes cuBLASLt. H100, 27B shape (hidden 5120): chain-16 round 23.914 / 23.855
-# -> 23.689 / 23.675 ms, weaver-64 27.655 -> 27.187 / 27.236 (the down projection and the drafter's fc read faster);
-# 135M shape (hidden 576): chain-16 0.984 / 0.983 / 0.983 -> 0.998 / 0.987 / 0.992, weaver-64 level
-# (benchmarks/results/scale/h100_session53_blas). Sizes in between are untimed.
-BLAS_LT_MIN_HIDDEN = 4096
 
 
 @dataclass
