@@ -12,8 +12,6 @@
 #                                                           session 53, from H100 runs) against cuBLAS in the rounds
 #   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the whole file (step 0 below runs
 #                                                           only the RoPE pop test)
-#   python3 scripts/gpu/build_slope.py                      what a weaver adapter step adds to the build (session 53's
-#                                                           open question), any GPU
 #   the rest of `bench scale` in parts (ddtree, budgets 16 / 32 / 128, verify alone, prefill), as in
 #   benchmarks/results/scale/h100_session52/COMMAND.txt, then `weaver bench scale --merge` of every part.
 OUT=${OUT:-/tmp/owed_out}
