@@ -109,4 +109,3 @@ def test_published_drafter_shape_at_27b():
     assert cfg.target_layer_ids == [1, 16, 31, 46, 61] and cfg.mask_token_id == 248070
     assert (cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim) == (32, 8, 128)
     assert cfg.layer_types == ["sliding_attention"] * 4 + ["full_attention"] and cfg.sliding_window == 2048
-
