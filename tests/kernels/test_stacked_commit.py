@@ -136,10 +136,10 @@ def test_stacked_commit_stays_in_place_under_torch_compile(backend_name) -> None
     compiled = torch.compile(commit, backend=backend_name, fullgraph=True)
     try:
         if backend_name == "inductor":
-            from torch._inductor.utils import run_and_get_code
+            from helpers.inductor import compiled_call
 
-            _, codes = run_and_get_code(compiled, k, delta, G, x, path, states, convs)
-            body = "\n".join(codes).split("def call(", 1)[1].split("return ", 1)[0]  # the compiled graph's code
+            _, body = compiled_call(compiled, k, delta, G, x, path, states, convs)
+            body = body.split("return ", 1)[0]  # the compiled graph's code
             ops = [line.strip().split("(")[0] for line in body.splitlines() if line.strip().startswith("torch.ops.")]
             assert ops == ["torch.ops.weaver.gdn_tree_commit_stacked.default",
                            "torch.ops.weaver.conv_state_commit_stacked.default"], body  # fmt: skip

@@ -191,9 +191,8 @@ def test_pop_with_node_inputs_equals_the_reference(monkeypatch, released, column
     assert len(checked) > 1 and tree.size > 1
 
 
-def _kernel_lines(code: str) -> list[str]:
+def _kernel_lines(body: str) -> list[str]:
     """The launches of inductor's `call` (its generated kernels and the custom ops), in order, by name."""
-    body = code[code.index("def call(") :]
     names = []
     for line in body.splitlines():
         line = line.strip().split(" = ", 1)[-1]
@@ -206,7 +205,7 @@ def test_compiled_step_loop_launches_only_its_kernels(monkeypatch) -> None:
     """Between the first pop and the last, the compiled build launches the step's own kernels and nothing that
     inductor generates: a generated kernel there sits on every step's critical path (session 54 removed one that
     recomputed a constant prefix mask before each pop: 15 launches of a 64-node build)."""
-    from torch._inductor.utils import run_and_get_code
+    from helpers.inductor import compiled_call
 
     import weaver.speculative.weaver as weaver_module
     from weaver.kernels.adapter_finish import fused_finish
@@ -215,11 +214,11 @@ def test_compiled_step_loop_launches_only_its_kernels(monkeypatch) -> None:
     args, kw, _ = _args(1, 5, 4, 6, 3, 1, True)
     build = torch.compile(lambda root, logits: build_weaver(root, logits, 8, w=2, c=3, options=TRITON, **kw))
     try:
-        tree, codes = run_and_get_code(build, *args)
+        tree, body = compiled_call(build, *args)
     finally:
         torch._dynamo.reset()
     assert tree.size > 1
-    names = [n for code in codes for n in _kernel_lines(code)]
+    names = _kernel_lines(body)
     pops = [i for i, n in enumerate(names) if n.endswith("frontier_pop_inputs")]
     assert len(pops) > 1, names
     loop = names[pops[0] : pops[-1] + 1]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch._inductor.utils import run_and_get_code
+from helpers.inductor import compiled_call
 
 from weaver.models.rope import apply_rope
 
@@ -42,8 +42,7 @@ def test_compiled_rope_writes_one_buffer(rot: int) -> None:
 
     def count(fn) -> tuple[int, int]:
         torch._dynamo.reset()
-        _, codes = run_and_get_code(torch.compile(lambda *a: fn(*a) * 2.0, fullgraph=True), x, cos, sin)
-        call = "\n".join(codes).split("def call(", 1)[1]
+        _, call = compiled_call(torch.compile(lambda *a: fn(*a) * 2.0, fullgraph=True), x, cos, sin)
         return call.count("empty_strided"), call.count("cpp_fused")
 
     assert count(apply_rope) == (1, 1)

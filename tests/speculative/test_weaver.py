@@ -544,9 +544,9 @@ def test_table_rows_rotate_like_the_head_views(dtype: torch.dtype) -> None:
     want = torch.cat([part.transpose(1, 2).reshape(2, 9, -1) for part in block.qkv(x, rope)], dim=-1)
     got = block.qkv_rows(x, rope)
     assert got.dtype == want.dtype and torch.equal(got, want)
-    from torch._inductor.utils import run_and_get_code
+    from helpers.inductor import compiled_call
 
-    compiled, codes = run_and_get_code(torch.compile(block.qkv_rows, fullgraph=True), x, rope)
+    compiled, call = compiled_call(torch.compile(block.qkv_rows, fullgraph=True), x, rope)
     assert_close("compiled", want.float(), compiled.float(), 1e-2 if dtype == torch.bfloat16 else 1e-6)  # bf16 rounds
-    after_mm = "\n".join(codes).split("def call(", 1)[1].split("extern_kernels.mm(", 1)[1]
+    after_mm = call.split("extern_kernels.mm(", 1)[1]
     assert after_mm.count("empty_strided") == 1 and after_mm.count("cpp_fused") == 1, after_mm
