@@ -17,6 +17,8 @@ Trees: `proposal` (the bench's best-first tree, depth <= 15) and `flat` (c = 16 
 what near-uniform adapter scores give, as the random-weight profile has).
 
     python3 scripts/gpu/prep_ab.py --T 17 65 [--reps 60]         # device: times, and each variant's o against model's
+    python3 scripts/gpu/prep_ab.py --T 65 --variants model --configs default BT=32,BVP=64 split_prep=1
+                                                                  # the model's call under other launch configs
     TRITON_INTERPRET=1 python scripts/gpu/prep_ab.py --device cpu --T 17 --layers 1   # here: the variants agree
 """
 
@@ -29,7 +31,7 @@ import torch
 
 from weaver.bench.kernels import SHAPE, proposal_tree, time_graphs
 from weaver.kernels.triton import build_tree_structure
-from weaver.kernels.triton.gdn_tree import RawGates, default_config, gdn_tree
+from weaver.kernels.triton.gdn_tree import GDNTreeConfig, RawGates, default_config, gdn_tree
 from weaver.ops.gdn import GDNTreeAux, gdn_gates
 
 LAYERS = 48
@@ -61,7 +63,8 @@ def layer_inputs(T: int, seed: int, device: str) -> dict:
     )  # fmt: skip
 
 
-def variant_calls(variant: str, layers: list[dict], tree, states: torch.Tensor, aux: GDNTreeAux, prep_only: bool):
+def variant_calls(variant: str, layers: list[dict], tree, states: torch.Tensor, aux: GDNTreeAux, prep_only: bool,
+                  config: GDNTreeConfig | None = None):  # fmt: skip
     """The 48 closures of one variant (each one layer's tree call)."""
     calls = []
     for i, x in enumerate(layers):
@@ -77,14 +80,26 @@ def variant_calls(variant: str, layers: list[dict], tree, states: torch.Tensor, 
         else:
             args = (x["q"], x["k"], x["v"], x["a"], x["b"])
             l2, gates = True, x["gates"]
-        calls.append(make_call(args, tree, state, l2, gates, slot, prep_only))
+        calls.append(make_call(args, tree, state, l2, gates, slot, prep_only, config))
     return calls
 
 
-def make_call(args, tree, state, l2: bool, gates, slot, prep_only: bool):
+def make_call(args, tree, state, l2: bool, gates, slot, prep_only: bool, config=None):
     """One tree call through the public launcher (returns o), or stopped after its prep kernel."""
     return lambda: gdn_tree(*args, tree, initial_state=state, use_qk_l2norm=l2, aux_out=slot, gates=gates,
-                            run_solve=not prep_only)[0]  # fmt: skip
+                            run_solve=not prep_only, config=config)[0]  # fmt: skip
+
+
+def config_change(text: str, base: GDNTreeConfig) -> GDNTreeConfig:
+    """`default` or `field=value,field=value` applied to the default config (values typed as the field's default)."""
+    if text == "default":
+        return base
+    change = {}
+    for item in text.split(","):
+        key, value = item.split("=")
+        kind = type(getattr(base, key))
+        change[key] = bool(int(value)) if kind is bool else kind(value)
+    return base._replace(**change)
 
 
 def main() -> None:
@@ -93,6 +108,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=60)
     parser.add_argument("--layers", type=int, default=LAYERS)
     parser.add_argument("--variants", nargs="+", default=["model", "dense", "warm", "no_aux", "bench"])
+    parser.add_argument("--configs", nargs="+", default=["default"],
+                        help="launch configs to time each variant under: default, or field=value,... changes to it")
     parser.add_argument("--device", default="cuda", help="cpu: only check that the variants agree (TRITON_INTERPRET=1)")
     args = parser.parse_args()
     H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
@@ -109,13 +126,15 @@ def main() -> None:
         for name, parents in trees.items():
             tree = build_tree_structure(torch.tensor([parents], device=dev))
             model_o = None
-            for variant in args.variants:
-                row = dict(T=T, tree=name, variant=variant, config=default_config(T, V)._asdict())
-                o = variant_calls(variant, layers[:1], tree, states, aux, False)[0]().float()
+            for variant, text in [(v, c) for c in args.configs for v in args.variants]:
+                cfg = config_change(text, default_config(T, V))
+                row = dict(T=T, tree=name, variant=variant, change=text, config=cfg._asdict())
+                o = variant_calls(variant, layers[:1], tree, states, aux, False, cfg)[0]().float()
                 model_o = o if model_o is None else model_o  # the first variant is the reference
                 row["max_abs_diff_vs_first"] = (o - model_o).abs().max().item()
                 for prep_only in (False, True) if dev == "cuda" else ():
-                    us, _ = time_graphs(variant_calls(variant, layers, tree, states, aux, prep_only), args.reps, 3)
+                    calls = variant_calls(variant, layers, tree, states, aux, prep_only, cfg)
+                    us, _ = time_graphs(calls, args.reps, 3)
                     row["prep_us" if prep_only else "call_us"] = round(us, 2)
                 print(json.dumps(row), flush=True)
 
