@@ -297,10 +297,14 @@ def test_gdn_tree_cuda_graph_capture() -> None:
 
 
 def test_default_config_follows_the_h200_sweeps() -> None:
-    """64-row tiles (state items of all 128 value columns) for bf16 inputs from 64 nodes; 32 rows for fp32."""
+    """64-row tiles for bf16 inputs from 64 nodes, their state items 64 value columns wide in a single tile and 128
+    in two (H100, session 55); 32 rows for fp32."""
     from weaver.kernels.triton.gdn_tree import default_config
 
     assert default_config(128, 128).BT == 64 and default_config(128, 128).BVP == 128
+    assert default_config(129, 128).BVP == 128  # the root leads, 128 nodes fill two tiles
+    assert default_config(65, 128).BT == 64 and default_config(65, 128).BVP == 64  # one tile
+    assert default_config(64, 128).BVP == 64 and default_config(65, 32).BVP == 32  # no wider than V
     assert default_config(32, 128).BVP == 32
     assert default_config(128, 128, torch.float32).BT == 32
     assert default_config(16, 128).BT == 16 and default_config(32, 128).BT == 32

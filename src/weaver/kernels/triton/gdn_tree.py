@@ -89,14 +89,17 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     Beyond 128 nodes the solve is left-looking (98.8 vs 110.6 us at T=256; no register spills).
     bf16 trees of 2^k + 1 nodes up to 129 keep the root as a lead row and tile their 2^k other nodes (not yet
     timed on the H200; ptxas, sm_90a, T = 65: prep stack 120 against 184 B, solve 109 against 177 registers; fp32
-    inputs spill more with it, so they keep the tiled root). A caller that wants other tiles passes its own config."""
+    inputs spill more with it, so they keep the tiled root). A caller that wants other tiles passes its own config.
+    State items of a single 64-row tile take 64 value columns, not 128 (H100, session 55, T = 65 in the 27B verify's
+    call: 22.5-24.9 against 27.2-28.0 us a layer; the 128-column item spills; at T = 129, two tiles, 128 stays
+    faster: 45.6 against 57.5-58.8)."""
     fp32 = dtype == torch.float32
     lead = not fp32 and 3 <= T <= 129 and (T - 1) & (T - 2) == 0
     rows = T - lead  # the nodes in tiles
     BT = 16 if rows <= 16 else 32 if (rows <= 32 or fp32) else 64
+    BVP = 32 if BT < 64 else min(64 if rows <= 64 else 128, next_pow2(V))
     return GDNTreeConfig(BT=BT, BV=min(32, next_pow2(V)), num_warps=8 if fp32 else 4, prep_warps=8 if fp32 else 4,
-                         BVP=min(128, next_pow2(V)) if BT == 64 else 32,
-                         solve_order="left" if rows > 128 else "right", lead=lead)  # fmt: skip
+                         BVP=BVP, solve_order="left" if rows > 128 else "right", lead=lead)  # fmt: skip
 
 
 def tile_rows(T: int, BT: int) -> int:
