@@ -83,8 +83,9 @@ class GDNTreeConfig(NamedTuple):
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
     """The fixed configuration for T nodes, from the H200 sweeps (benchmarks/results/kernels/NOTES.md, v7).
     bf16 inputs: tiles of 16 / 32 rows up to 32 nodes, 64 rows beyond (half the solve's steps of 32-row
-    tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once (fewer
-    programs, fewer waves). 4 warps for the solve at every size (8 were slower even at T=256).
+    tiles: 29 vs 44 us at T=128), whose state items then take all 128 value columns at once where there are
+    two tiles or more (fewer programs, fewer waves; a single tile: see the end). 4 warps for the solve at every
+    size (8 were slower even at T=256).
     fp32 inputs (ieee dots, register-hungry): 16/32-row tiles on 8 warps (fewer spills, ptxas sm_90a).
     Beyond 128 nodes the solve is left-looking (98.8 vs 110.6 us at T=256; no register spills).
     bf16 trees of 2^k + 1 nodes up to 129 keep the root as a lead row and tile their 2^k other nodes (not yet
