@@ -19,6 +19,11 @@ what near-uniform adapter scores give, as the random-weight profile has).
     python3 scripts/gpu/prep_ab.py --T 17 65 [--reps 60]         # device: times, and each variant's o against model's
     python3 scripts/gpu/prep_ab.py --T 65 --variants model --configs default BT=32,BVP=64 split_prep=1
                                                                   # the model's call under other launch configs
+    python3 scripts/gpu/prep_ab.py --T 65 --variants model --between-gemm-mb 200
+                                                                  # also in context: each layer's call after an
+                                                                  # M = T GEMM streaming 200 MB of its own weights
+                                                                  # (L2 flushed, the SMs just busy, as in a verify);
+                                                                  # ctx_* = (gemm + call) - gemm alone, a layer
     TRITON_INTERPRET=1 python scripts/gpu/prep_ab.py --device cpu --T 17 --layers 1   # here: the variants agree
 """
 
@@ -90,6 +95,19 @@ def make_call(args, tree, state, l2: bool, gates, slot, prep_only: bool, config=
                             run_solve=not prep_only, config=config)[0]  # fmt: skip
 
 
+def gemm_calls(T: int, mb: float, layers: int, device: str) -> list:
+    """One M = T bf16 GEMM a layer, each over its own weight of `mb` MB (5120 wide: the 27B hidden size)."""
+    n = int(mb * 2**20 / (5120 * 2))
+    x = torch.randn(T, 5120, device=device, dtype=torch.bfloat16)
+    weights = [torch.randn(n, 5120, device=device, dtype=torch.bfloat16) * 0.01 for _ in range(layers)]
+    return [lambda w=w: x @ w.t() for w in weights]
+
+
+def interleave(first: list, second: list) -> list:
+    """first[0], second[0], first[1], second[1], ...: each layer's call right after its GEMM."""
+    return [run for pair in zip(first, second, strict=True) for run in pair]
+
+
 def config_change(text: str, base: GDNTreeConfig) -> GDNTreeConfig:
     """`default` or `field=value,field=value` applied to the default config (values typed as the field's default)."""
     if text == "default":
@@ -110,6 +128,8 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=["model", "dense", "warm", "no_aux", "bench"])
     parser.add_argument("--configs", nargs="+", default=["default"],
                         help="launch configs to time each variant under: default, or field=value,... changes to it")
+    parser.add_argument("--between-gemm-mb", type=float, default=0.0,
+                        help="also time each call after an M = T GEMM over this many MB of fresh weights (0: off)")
     parser.add_argument("--device", default="cuda", help="cpu: only check that the variants agree (TRITON_INTERPRET=1)")
     args = parser.parse_args()
     H, HV, K, V = SHAPE["H"], SHAPE["HV"], SHAPE["K"], SHAPE["V"]
@@ -122,6 +142,10 @@ def main() -> None:
         f32 = dict(device=dev, dtype=torch.float32)
         aux = GDNTreeAux(torch.empty(L, 1, T, H, K, **f32), torch.empty(L, 1, T, HV, V, **f32),
                          torch.empty(L, 1, T, HV, **f32))  # fmt: skip
+        gemms = gemm_calls(T, args.between_gemm_mb, L, dev) if args.between_gemm_mb and dev == "cuda" else None
+        gemm_us = time_graphs(gemms, args.reps, 3)[0] if gemms else None
+        if gemms:
+            print(json.dumps(dict(T=T, gemm_mb=args.between_gemm_mb, gemm_us=round(gemm_us, 2))), flush=True)
         trees = dict(proposal=proposal_tree(T, 7), flat=flat_tree(T))
         for name, parents in trees.items():
             tree = build_tree_structure(torch.tensor([parents], device=dev))
@@ -136,6 +160,9 @@ def main() -> None:
                     calls = variant_calls(variant, layers, tree, states, aux, prep_only, cfg)
                     us, _ = time_graphs(calls, args.reps, 3)
                     row["prep_us" if prep_only else "call_us"] = round(us, 2)
+                    if gemms:  # time_graphs divides by its runs: a (gemm, call) pair is two of them
+                        pair_us, _ = time_graphs(interleave(gemms, calls), args.reps, 3)
+                        row["ctx_prep_us" if prep_only else "ctx_call_us"] = round(2 * pair_us - gemm_us, 2)
                 print(json.dumps(row), flush=True)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
 import statistics
 
 import torch
@@ -176,6 +177,22 @@ def without_inductor_pdl() -> None:
     torch.compile = compile_without
 
 
+def with_gdn_config(change: str) -> None:
+    """Every GDN tree call launched under `default_config` with `field=value,...` changed (session 55's prep A/B:
+    `BVP=128` is the 65-node prep before b133d1e). Before anything is captured: the launcher reads it per call."""
+    module = importlib.import_module("weaver.kernels.triton.gdn_tree")  # the package re-exports gdn_tree itself
+    base_config = module.default_config
+
+    def changed(*args, **kwargs):
+        config = base_config(*args, **kwargs)
+        fields = dict(item.split("=") for item in change.split(","))
+        kinds = {key: type(getattr(config, key)) for key in fields}
+        typed = {key: bool(int(v)) if kinds[key] is bool else kinds[key](v) for key, v in fields.items()}
+        return config._replace(**typed)
+
+    module.default_config = changed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--specs", nargs="+", default=["ar", "chain:16", "weaver:64"], help="method[:budget]")
@@ -206,7 +223,11 @@ def main() -> int:
     parser.add_argument("--tuning", default=None, help="RuntimeOptions.tuning: a tuning table (JSON) or none")
     parser.add_argument("--blas", default="auto", choices=BLAS,
                         help="RuntimeOptions.blas: torch's BLAS library for the GEMMs of several rows (the A/B)")
+    parser.add_argument("--gdn-config", default=None, metavar="FIELD=VALUE,...",
+                        help="GDN tree calls under default_config with these fields changed (the prep A/B)")
     args = parser.parse_args()
+    if args.gdn_config:
+        with_gdn_config(args.gdn_config)
     if args.no_inductor_pdl:
         without_inductor_pdl()
     TOP["*"], TOP["build"] = args.top, args.top_build
