@@ -1,5 +1,8 @@
 """Issue 19: why the GDN tree call costs more inside the 27B verify than in `weaver bench kernels`.
 
+Answered in session 56 by --between-gemm-mb: in a verify each call follows a GEMM that flushed L2, and the
+65-node prep with 128-column state items cost ~35 us a layer there against ~21 back to back (docs/performance.md).
+
 H100, session 36: the round's `gdn_tree_prep_kernel` took 29.5 us a layer at 65 nodes
 (scale/h100_session36_profile), the bench's prep + solve 19.7 us (kernels/h100_session34_lead). Here the whole
 tree call (prep + solve, structure prebuilt) and the prep alone, at the 27B GDN shape (H=16, HV=48, K=V=128, bf16),
