@@ -92,8 +92,8 @@ def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTr
     timed on the H200; ptxas, sm_90a, T = 65: prep stack 120 against 184 B, solve 109 against 177 registers; fp32
     inputs spill more with it, so they keep the tiled root). A caller that wants other tiles passes its own config.
     State items of a single 64-row tile take 64 value columns, not 128 (H100, session 55, T = 65 in the 27B verify's
-    call: 22.5-24.9 against 27.2-28.0 us a layer; the 128-column item spills; at T = 129, two tiles, 128 stays
-    faster: 45.6 against 57.5-58.8)."""
+    call: 22.5-24.9 against 27.2-28.0 us a layer; the 128-column item spills; inside the 27B weaver-64 round,
+    session 56: prep 19.7 against 29.7 us; at T = 129, two tiles, 128 stays faster: 45.6 against 57.5-58.8)."""
     fp32 = dtype == torch.float32
     lead = not fp32 and 3 <= T <= 129 and (T - 1) & (T - 2) == 0
     rows = T - lead  # the nodes in tiles
