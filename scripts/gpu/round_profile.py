@@ -180,17 +180,11 @@ def without_inductor_pdl() -> None:
 def with_gdn_config(change: str) -> None:
     """Every GDN tree call launched under `default_config` with `field=value,...` changed (session 55's prep A/B:
     `BVP=128` is the 65-node prep before b133d1e). Before anything is captured: the launcher reads it per call."""
+    from prep_ab import config_change  # scripts/gpu, this script's folder: on sys.path when run as a script
+
     module = importlib.import_module("weaver.kernels.triton.gdn_tree")  # the package re-exports gdn_tree itself
     base_config = module.default_config
-
-    def changed(*args, **kwargs):
-        config = base_config(*args, **kwargs)
-        fields = dict(item.split("=") for item in change.split(","))
-        kinds = {key: type(getattr(config, key)) for key in fields}
-        typed = {key: bool(int(v)) if kinds[key] is bool else kinds[key](v) for key, v in fields.items()}
-        return config._replace(**typed)
-
-    module.default_config = changed
+    module.default_config = lambda *args, **kwargs: config_change(change, base_config(*args, **kwargs))
 
 
 def main() -> int:
