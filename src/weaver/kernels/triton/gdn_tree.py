@@ -79,8 +79,8 @@ class GDNTreeConfig(NamedTuple):
     # 2^k plus its root) then fills tiles of 2^k rows instead of padding to twice as many (H200, session 32:
     # 24.6 us at T = 65 against 16.1 at T = 64 without it); the root's column is vector work
     lead: bool = False
-    # each prep item asks L2 for every line it reads before its first load (`gdn_tree_prefetch`): the A/B of
-    # session 56's prep-after-a-GEMM costs, not yet timed on a GPU
+    # each prep item asks L2 for the lines it reads cold (ancestor rows, depths, H0) before its first load
+    # (`gdn_tree_prefetch`): the A/B of session 56's prep-after-a-GEMM costs, not yet timed on a GPU
     prefetch: bool = False
 
 
@@ -488,8 +488,7 @@ def gdn_tree_fwd(
             H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
             INTERPRET=interp, ITEMS=kind, RAW=gates is not None, LEAD=lead, PREFETCH=config.prefetch and not interp,
-            num_warps=config.prep_warps,
-            num_stages=config.prep_stages,
+            num_warps=config.prep_warps, num_stages=config.prep_stages,
         )  # fmt: skip
     if not run_solve:
         return o, aux
