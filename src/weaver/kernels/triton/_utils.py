@@ -89,16 +89,10 @@ def prefetch_l2(ptrs):
 
 @triton.jit
 def prefetch_rows(p_rows, K, K_LINES: tl.constexpr):
-    """Ask L2 for the K 16-bit elements at each row pointer of p_rows [R, 1], one 128-byte line per address."""
-    prefetch_l2(p_rows + tl.minimum(tl.arange(0, K_LINES) * 64, K - 1)[None, :])
-
-
-@triton.jit
-def prefetch_span(p_rows, n, LINES: tl.constexpr):
-    """Ask L2 for n elements from each pointer of p_rows [R]: LINES addresses a row, a 128-byte line apart and
-    clamped to the row's last element (give a row of L lines L + 1: it may start mid-line)."""
-    PER_LINE: tl.constexpr = 1024 // p_rows.dtype.element_ty.primitive_bitwidth
-    prefetch_l2(p_rows[:, None] + tl.minimum(tl.arange(0, LINES) * PER_LINE, n - 1)[None, :])
+    """Ask L2 for the K elements at each row pointer of p_rows [R, 1]: K_LINES addresses a row, a 128-byte line
+    apart and clamped to its last element (a row of L lines that may start mid-line needs L + 1)."""
+    PER_LINE: tl.constexpr = 1024 // p_rows.dtype.element_ty.primitive_bitwidth  # 64 16-bit elements
+    prefetch_l2(p_rows + tl.minimum(tl.arange(0, K_LINES) * PER_LINE, K - 1)[None, :])
 
 
 PREFETCH_SLOTS = tl.constexpr(128)  # cache slots a prefetch round covers

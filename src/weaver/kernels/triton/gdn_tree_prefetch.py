@@ -14,7 +14,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from weaver.kernels.triton._utils import prefetch_l2, prefetch_span
+from weaver.kernels.triton._utils import prefetch_l2, prefetch_rows
 
 
 @triton.jit
@@ -26,10 +26,10 @@ def prefetch_prep_item(p_anc, p_depth, p_h0, o_i, kind, w, T, K: tl.constexpr, V
     AL: tl.constexpr = TA // 64 if TA >= 128 else 2  # an int8 row of T <= TA bytes (+1 line: it may start mid-line)
     VL: tl.constexpr = BVP // 16 if BVP >= 32 else 2  # BVP fp32 values (+1 line)
     o_n = tl.minimum(o_i, T - 1)
-    prefetch_span(p_anc + o_n * T, T, AL)
+    prefetch_rows((p_anc + o_n * T)[:, None], T, AL)
     if kind == 0:
         prefetch_l2(p_depth + o_n)
     elif kind == 2:
         if USE_H0:
             c = (w - NTP - NPAIR) % ((V + BVP - 1) // BVP)
-            prefetch_span(p_h0 + tl.minimum(tl.arange(0, BK), K - 1) * V + c * BVP, BVP, VL)
+            prefetch_rows((p_h0 + tl.minimum(tl.arange(0, BK), K - 1) * V + c * BVP)[:, None], BVP, VL)
