@@ -32,4 +32,5 @@ def prefetch_prep_item(p_anc, p_depth, p_h0, o_i, kind, w, T, K: tl.constexpr, V
     elif kind == 2:
         if USE_H0:
             c = (w - NTP - NPAIR) % ((V + BVP - 1) // BVP)
-            prefetch_rows((p_h0 + tl.minimum(tl.arange(0, BK), K - 1) * V + c * BVP)[:, None], BVP, VL)
+            n_v = tl.minimum(V - c * BVP, BVP)  # a chunk past V (V not a multiple of BVP) stops at the row's end
+            prefetch_rows((p_h0 + tl.minimum(tl.arange(0, BK), K - 1) * V + c * BVP)[:, None], n_v, VL)
