@@ -314,8 +314,6 @@ def test_gdn_tree_prefetch_changes_no_value(T: int) -> None:
 def test_default_config_follows_the_h200_sweeps() -> None:
     """64-row tiles for bf16 inputs from 64 nodes, their state items 64 value columns wide in a single tile and 128
     in two (H100, session 55); 32 rows for fp32."""
-    from weaver.kernels.triton.gdn_tree import default_config
-
     assert default_config(128, 128).BT == 64 and default_config(128, 128).BVP == 128
     assert default_config(129, 128).BVP == 128  # the root leads, 128 nodes fill two tiles
     assert default_config(65, 128).BT == 64 and default_config(65, 128).BVP == 64  # one tile
