@@ -49,9 +49,10 @@ def test_importing_weaver_sets_no_environment_variable() -> None:
 
 def test_from_env_maps_every_variable() -> None:
     env = {"WEAVER_KERNELS": "torch", "WEAVER_COMPILE": "0", "WEAVER_CUDA_GRAPHS": "stages", "WEAVER_PDL": "off",
-           "WEAVER_TRITON_TUNING": "/tmp/t.json", "WEAVER_BLAS": "cublaslt"}
+           "WEAVER_TRITON_TUNING": "/tmp/t.json", "WEAVER_BLAS": "cublaslt", "WEAVER_GEMV": "blas"}
     assert RuntimeOptions.from_env(env) == RuntimeOptions(kernels="torch", compile=False, cuda_graphs="stages",
-                                                          pdl=False, tuning="/tmp/t.json", blas="cublaslt")  # fmt: skip
+                                                          pdl=False, tuning="/tmp/t.json", blas="cublaslt",
+                                                          gemv="blas")  # fmt: skip
     assert RuntimeOptions.from_env({}) == RuntimeOptions()
     assert RuntimeOptions.from_env({"WEAVER_COMPILE": "0"}, compile=True).compile  # explicit values win
 
@@ -59,7 +60,8 @@ def test_from_env_maps_every_variable() -> None:
 @pytest.mark.parametrize(
     "env, message",
     [({"WEAVER_KERNELS": "cuda"}, "kernels must be one of"), ({"WEAVER_COMPILE": "maybe"}, "WEAVER_COMPILE must be"),
-     ({"WEAVER_CUDA_GRAPHS": "all"}, "cuda_graphs must be one of"), ({"WEAVER_BLAS": "mkl"}, "blas must be one of")],
+     ({"WEAVER_CUDA_GRAPHS": "all"}, "cuda_graphs must be one of"), ({"WEAVER_BLAS": "mkl"}, "blas must be one of"),
+     ({"WEAVER_GEMV": "cublas"}, "gemv must be one of")],
 )
 def test_bad_values_are_clear_errors(env: dict, message: str) -> None:
     with pytest.raises(GenerationConfigError, match=message):

@@ -16,6 +16,7 @@ This module is the only one in `weaver` that reads the environment (besides `WEA
     pdl          WEAVER_PDL             1 | 0
     tuning       WEAVER_TRITON_TUNING   a verify_sweep.py JSON | none
     blas         WEAVER_BLAS            auto | cublas | cublaslt
+    gemv         WEAVER_GEMV            auto | triton | blas
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ from typing import Literal
 from weaver.errors import GenerationConfigError
 
 __all__ = [
-    "BLAS", "BLAS_LT_MIN_HIDDEN", "CUDA_GRAPHS", "DEFAULT_OPTIONS", "KERNELS", "RuntimeOptions",
+    "BLAS", "BLAS_LT_MIN_HIDDEN", "CUDA_GRAPHS", "DEFAULT_OPTIONS", "GEMV", "KERNELS", "RuntimeOptions",
     "add_runtime_arguments", "runtime_options", "triton_interpreting",
 ]
 
 KERNELS = ("auto", "torch", "triton")
 CUDA_GRAPHS = ("round", "stages", "off")
 BLAS = ("auto", "cublas", "cublaslt")
+GEMV = ("auto", "triton", "blas")
 # From this hidden size `blas="auto"` takes cuBLASLt (`weaver.kernels.launch_config` applies it). H100, 27B shape
 # (hidden 5120): chain-16 round 23.914 / 23.855 -> 23.689 / 23.675 ms, weaver-64 27.655 -> 27.187 / 27.236 (the down
 # projection and the drafter's fc read faster); 135M shape (hidden 576): chain-16 0.984 / 0.983 / 0.983 -> 0.998 /
@@ -69,6 +71,10 @@ class RuntimeOptions:
     # (on an H100 it read the 27B shape's wide GEMMs faster, the 135M ones a little slower) and torch's default
     # (cuBLAS) below
     blas: Literal["auto", "cublas", "cublaslt"] = "auto"
+    # one input row of a large 16-bit weight (a 27B target's AR step; `weaver.kernels.gemv`): weaver's Triton GEMV,
+    # torch's BLAS (F.linear), or auto: the one measured faster on this GPU (`gemv.GEMV_BLAS_GPUS`: BLAS on an
+    # H200, the Triton GEMV elsewhere)
+    gemv: Literal["auto", "triton", "blas"] = "auto"
 
     def __post_init__(self) -> None:
         if self.kernels not in KERNELS:
@@ -79,6 +85,8 @@ class RuntimeOptions:
             )
         if self.blas not in BLAS:
             raise GenerationConfigError(f"blas must be one of {', '.join(BLAS)}, got {self.blas!r}")
+        if self.gemv not in GEMV:
+            raise GenerationConfigError(f"gemv must be one of {', '.join(GEMV)}, got {self.gemv!r}")
         if not isinstance(self.compile, bool) or not isinstance(self.pdl, bool):
             raise GenerationConfigError(f"compile and pdl are booleans, got {self.compile!r} and {self.pdl!r}")
 
@@ -101,6 +109,8 @@ class RuntimeOptions:
             fields["tuning"] = env["WEAVER_TRITON_TUNING"]
         if "WEAVER_BLAS" in env:
             fields["blas"] = env["WEAVER_BLAS"]
+        if "WEAVER_GEMV" in env:
+            fields["gemv"] = env["WEAVER_GEMV"]
         fields.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**fields)
 
@@ -143,12 +153,15 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--blas", choices=BLAS, default=None,
                    help="torch's BLAS library for the GEMMs of several rows (CUDA): auto (default) takes cublaslt for "
                         f"targets of hidden size >= {BLAS_LT_MIN_HIDDEN}, cublas below")  # fmt: skip
+    g.add_argument("--gemv", choices=GEMV, default=None,
+                   help="one row of a large weight (a 27B AR step, CUDA): triton: weaver's GEMV; blas: torch's "
+                        "BLAS; auto (default): the one measured faster on this GPU (blas on an H200)")  # fmt: skip
 
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:
     """The environment's RuntimeOptions with the command line's flags on top."""
     return RuntimeOptions.from_env(kernels=args.kernels, compile=args.compile, cuda_graphs=args.cuda_graphs,
-                                   pdl=args.pdl, tuning=args.tuning, blas=args.blas)  # fmt: skip
+                                   pdl=args.pdl, tuning=args.tuning, blas=args.blas, gemv=args.gemv)  # fmt: skip
 
 
 @dataclass(frozen=True)

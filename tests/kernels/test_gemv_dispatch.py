@@ -41,7 +41,7 @@ def test_gemv_linear_matches_f_linear(shape, swiglu):
 
 @pytest.mark.parametrize(
     "case",
-    ["two rows", "short K", "long K, no tiles", "long K, swiglu", "fp32", "kernels=torch", "small weight"],
+    ["two rows", "short K", "long K, no tiles", "long K, swiglu", "fp32", "kernels=torch", "small weight", "gemv=blas"],
 )
 def test_gemv_linear_keeps_f_linear_outside_its_range(case, monkeypatch):
     """Outside one row of a large 16-bit weight with gemv.GEMV_MIN_K <= K <= GEMV_MAX_K, or longer rows that
@@ -53,7 +53,7 @@ def test_gemv_linear_keeps_f_linear_outside_its_range(case, monkeypatch):
         x = torch.cat([x, x], dim=1)
     if case == "fp32":
         x, w = x.float(), w.float()
-    options = TORCH if case == "kernels=torch" else TRITON
+    options = {"kernels=torch": TORCH, "gemv=blas": TRITON.replace(gemv="blas")}.get(case, TRITON)
     min_bytes = gemv.GEMV_MIN_BYTES if case == "small weight" else 0
     swiglu = case == "long K, swiglu"
 
@@ -127,3 +127,20 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 def test_gemv_op_passes_opcheck(shape):
     x, w = _weights(*shape)
     torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
+
+
+@pytest.mark.parametrize(
+    ("choice", "name", "blas"),
+    [("auto", "NVIDIA H200", True), ("auto", "NVIDIA H100 80GB HBM3", False), ("triton", "NVIDIA H200", False),
+     ("blas", "NVIDIA H100 80GB HBM3", True)],
+)  # fmt: skip
+def test_takes_blas_follows_the_option_then_the_gpu(choice, name, blas, monkeypatch):
+    """RuntimeOptions.gemv names the route; auto asks the GPU's name (BLAS where GEMV_BLAS_GPUS says it reads
+    faster); a CPU tensor never takes BLAS under auto."""
+    gemv._blas_gpu.cache_clear()
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: name)
+    try:
+        assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) is blas
+        assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cpu")) is (choice == "blas")
+    finally:
+        gemv._blas_gpu.cache_clear()

@@ -38,6 +38,7 @@ import torch
 from weaver.argtypes import positive_int
 from weaver.bench import rounds
 from weaver.bench.fallbacks import fallback_lines, warn_fallbacks
+from weaver.kernels import gemv
 from weaver.options import add_runtime_arguments, runtime_options
 
 # tau at budget 64 (chain: block 16) from weaver-paper.md §5.2: derived from the paper's text, not its table
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
     report = {"command": command, "model": args.model,
               "device": device_name(llm.model.device), "dtype": str(llm.model.dtype), "torch": torch.__version__,
               "blas": blas_name(llm.model.device), "python": platform.python_version(),
+              "one_row": one_row_route(llm),
               "time": time.strftime("%Y-%m-%d %H:%M:%S"),
               "context": args.context, "bytes": weight_bytes(llm), "rows": [], "verify": [], "prefill": [],
               "draft_vocab": None if llm.drafter is None or llm.drafter.vocab_ids is None
@@ -261,6 +263,13 @@ def weight_bytes(llm) -> dict[str, int]:
 
 def device_name(device: torch.device) -> str:
     return torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({platform.processor() or 'host'})"
+
+
+def one_row_route(llm) -> str | None:  # llm: weaver.LLM (imported lazily, as in `build`)
+    """How a one-row projection of a large weight runs on CUDA (RuntimeOptions.gemv): "blas" / "triton"."""
+    if llm.model.device.type != "cuda":
+        return None
+    return "blas" if gemv.takes_blas(llm.options, llm.model.device) else "triton"
 
 
 def blas_name(device: torch.device) -> str | None:
@@ -432,6 +441,8 @@ def markdown(report: dict) -> str:
              f"{b['drafter'] / 1e9:.2f} GB, adapter {b['adapter'] / 1e6:.1f} MB. Copy bandwidth "
              f"{report.get('copy_GBps', 0):.0f} GB/s (read + write): AR floor {f(report.get('ar_floor_ms'))} ms"]
     blas = f" GEMMs of several rows: {report['blas']}." if report.get("blas") else ""
+    if report.get("one_row"):
+        blas += f" One row of a large weight: {report['one_row']}."
     if ar_ms and report.get("ar_floor_ms"):
         lines.append(f"; measured AR step {ar_ms:.3f} ms = {report['ar_floor_ms'] / ar_ms:.1%} of the floor's speed")
     lines.append(f".{blas}\n\n")

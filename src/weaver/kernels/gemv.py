@@ -13,9 +13,13 @@ epilogue (rows up to 8,192).
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
+On an H200 cuBLAS reads every one of those shapes faster than the best of 60 GEMV tile configurations (1.03-1.21x,
+kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.linear (`GEMV_BLAS_GPUS`).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import torch.nn.functional as F
@@ -24,13 +28,17 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
 __all__ = [
-    "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "gemv_op", "linear", "long_row_tiles", "project",
+    "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "gemv_op", "linear",
+    "long_row_tiles", "project", "takes_blas",
 ]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
 GEMV_MIN_K = 4096  # shorter input rows keep F.linear (the regime measured: the 27B widths)
 GEMV_MAX_K = 8192  # longer input rows take gemv_tiles where `long_row_tiles` covers them, else F.linear
 GEMV_TILE_K = 8192  # gemv_tiles' full tile
+# GPU name fragments where torch's BLAS reads one row faster than the Triton GEMV at every 27B shape:
+# H200 (cuBLAS 18.5-615.9 us against 19.1-637.1 for the best tiles, kernels/h200_session57_gemv)
+GEMV_BLAS_GPUS = ("H200",)
 
 
 def long_row_tiles(k: int, block_k: int = GEMV_TILE_K, min_piece: int = 64) -> tuple[int, tuple[int, ...]] | None:
@@ -73,6 +81,22 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: b
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _blas_gpu(index: int) -> bool:
+    """Whether CUDA device `index` is one of GEMV_BLAS_GPUS (asked once a device)."""
+    name = torch.cuda.get_device_name(index)
+    return any(fragment in name for fragment in GEMV_BLAS_GPUS)
+
+
+def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
+    """Whether one row of a large weight goes to torch's BLAS: options.gemv, auto by the GPU (GEMV_BLAS_GPUS)."""
+    if options.gemv != "auto":
+        return options.gemv == "blas"
+    if device.type != "cuda":
+        return False
+    return _blas_gpu(device.index if device.index is not None else torch.cuda.current_device())
+
+
 def linear(
     x: torch.Tensor,  # [..., K]
     weight: torch.Tensor,  # [N, K]
@@ -80,8 +104,10 @@ def linear(
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int = GEMV_MIN_BYTES,
 ) -> torch.Tensor:
-    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight, else F.linear."""
-    if _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight):
+    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight (unless this GPU's
+    BLAS reads it faster: `takes_blas`), else F.linear."""
+    gemv = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
+    if gemv and not takes_blas(options, x.device):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
