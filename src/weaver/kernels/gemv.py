@@ -13,7 +13,7 @@ epilogue (rows up to 8,192).
 Small weights (under GEMV_MIN_BYTES) and short rows keep F.linear: the attention-only models' decode has its
 own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is not this one. Under
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
-On an H200 cuBLAS reads every one of those shapes faster than the best of 60 GEMV tile configurations (1.03-1.21x,
+On an H200 cuBLAS reads every one of those shapes faster than the best swept GEMV tile configuration (1.03-1.21x,
 kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.linear (`GEMV_BLAS_GPUS`).
 """
 
