@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Issue 19 on an H200, one device call (~600 s of command): the figures its acceptance asks for, most needed first,
-# each step bounded so a cut call still returns what ran (every file is written under $OUT as it goes).
+# Issue 19 on an H200, one device call (~550 s of command), most needed first; each step bounded so a cut call still
+# returns what ran (every file is written under $OUT as it goes). Session 57's H200 call (scale/h200_session57) gave
+# the rounds and showed cuBLAS reading every one-row 27B shape faster than weaver's GEMV there
+# (kernels/h200_session57_gemv), so RuntimeOptions.gemv="auto" now takes BLAS on an H200. Only the AR step has
+# one-row projections (a round's verify, draft and commit have 16-65 rows), so the A/B is the AR step's:
 #   0. nothing on another GPU (an H100 has its figures: scale/h100_session56);
-#   1. scale/: `weaver bench scale` (the deliverable's own report) for ar, chain 16 and weaver 64: the AR step
-#      against its floor, each round and its draft / build / verify / accept / commit;
-#   2. gemv_m1.txt: weaver's GEMV against cuBLAS at M = 1 on the 27B shapes (its rule was chosen on an H100);
-#      where cuBLAS wins, the AR step's rule needs an H200 entry.
+#   1. ar_auto: `weaver bench scale --methods ar` with the defaults (auto: blas on an H200);
+#   2. ar_triton: the same with --gemv triton (the route of session 57's call), one process a side;
+#   3. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
-#   bash scripts/gpu/gemv_tiles_ab.sh                       the down projection's gemv_tiles against cuBLAS
+#   weaver bench scale ... --methods chain weaver --budgets 64 --draft-vocab first:32768   the draft with a token map
+#                                                           (issue 19's draft <= 1.7 ms: 1.72-1.75 with the whole head)
 #   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt (RuntimeOptions.blas auto's choice at 27B since
 #                                                           session 53, from H100 runs) against cuBLAS in the rounds
-#   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the whole file (the last step
-#                                                           below runs only the RoPE pop test)
+#   python3 -m pytest --triton-full -n 16 tests/kernels/test_weaver_frontier.py   the whole file
 #   the rest of `bench scale` in parts (ddtree, budgets 16 / 32 / 128, verify alone, prefill), as in
 #   benchmarks/results/scale/h100_session52/COMMAND.txt, then `weaver bench scale --merge` of every part.
 OUT=${OUT:-/tmp/owed_out}
@@ -21,14 +23,13 @@ if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: these figures are the H200's"
   exit 0
 fi
-# the scale first: 398 s cold on an H100 (session 56), so it gets most of the call
-timeout "${OWED_SCALE:-440}" python3 -m weaver.cli bench scale --model qwen3.6-27b-shape --device cuda --dtype bf16 \
-  --methods ar chain weaver --budgets 64 --verify-nodes --prefill --out "$OUT/scale" 2>&1 | filter > "$OUT/scale.txt"
-grep -E "^copy|^(ar|chain|weaver) " "$OUT/scale.txt"
-timeout "${OWED_GEMV:-100}" python3 scripts/gpu/gemv_wide_ab.py > "$OUT/gemv_m1.txt" 2>&1
-grep -h "best/cuBLAS" "$OUT/gemv_m1.txt"
-# what time is left (~40 s): the compiled RoPE pop test (session 53's enable_fp_fusion=False; passed on an H100 in
-# session 54)
-timeout 45 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider -n 8 \
-  tests/kernels/test_weaver_frontier.py -k pop_with_node_inputs > "$OUT/pop_test.txt" 2>&1
-tail -n 3 "$OUT/pop_test.txt"
+scale() {  # scale NAME TIMEOUT ARGS...: one `weaver bench scale` run, its log in $OUT/NAME.txt, the rows echoed
+  local name=$1 limit=$2; shift 2
+  timeout "$limit" python3 -m weaver.cli bench scale --model qwen3.6-27b-shape --device cuda --dtype bf16 \
+    --verify-nodes --prefill --out "$OUT/$name" "$@" 2>&1 | filter > "$OUT/$name.txt"
+  echo "## $name: $*"; grep -E "^copy|^(ar|chain|weaver) " "$OUT/$name.txt" | cut -c1-400
+  grep -o -m 1 "One row of a large weight: [a-z]*" "$OUT/$name.txt"
+}
+scale ar_auto "${OWED_AR_S:-170}" --methods ar
+scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
+scale scale "${OWED_SCALE_S:-330}" --methods ar chain weaver --budgets 64
