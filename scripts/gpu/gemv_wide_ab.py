@@ -7,6 +7,11 @@ gets enough weight copies (>= 400 MB) that every call reads HBM, not L2, as the 
 Prints per shape cuBLAS and the best three configs (us per call, TB/s), checks the best one's output, and times
 the same torch.matmul with cuBLASLt as torch's preferred BLAS.
 
+With --exact the one-row sweep adds `gemv_long_rows` at every shape without a SwiGLU (session 57: on an H200 the
+looped, masked tiles read 3.0-3.6 TB/s against cuBLAS's 3.4-4.1): K covered exactly by unrolled BLOCK_K tiles and
+power-of-two pieces (5,120 = 4,096 + 1,024), no masked lanes, so fewer registers a program and more programs (more
+bytes in flight) an SM; configs print as ("exact", BLOCK_N, BLOCK_K, warps).
+
 With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
 leave cuBLAS as the AR step's did?
@@ -23,7 +28,9 @@ from functools import partial
 import torch
 
 from weaver.bench.kernels import time_graphs
+from weaver.kernels.gemv import long_row_tiles
 from weaver.kernels.triton.decode import GemmTiles, fused_gemv
+from weaver.kernels.triton.gemv_tiles import gemv_long_rows
 
 H, I, V = 5120, 17408, 248320
 SHAPES = {  # name: (out, in): the 27B AR step's projections (gemv_27b.py's list)
@@ -55,7 +62,10 @@ def cublas(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor) -> None:
 
 
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    if isinstance(config, GemmTiles):
+    if config[0] == "exact":  # the launcher allocates its output: timed as it is launched, `out` untouched
+        _, bn, bk, warps = config
+        gemv_long_rows(x, w, block_k=bk, block_n=bn, num_warps=warps)
+    elif isinstance(config, GemmTiles):
         fused_gemv(x, w, out=out, tiles=config)
     else:
         fused_gemv(x, w, out=out, config=config)
@@ -100,6 +110,13 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
 
 
+def exact_configs(k: int):
+    """("exact", BLOCK_N, BLOCK_K, warps) for gemv_long_rows where BLOCK_K tiles and pieces cover k exactly."""
+    for bn, bk, warps in itertools.product((1, 2), (1024, 2048, 4096, 8192), (4, 8)):
+        if long_row_tiles(k, bk) is not None and bn * bk <= MAX_PER_THREAD * 32 * warps:
+            yield "exact", bn, bk, warps
+
+
 def configs(k: int, rows: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
     rows, row tiles that hold them in one or two M tiles."""
@@ -120,6 +137,7 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
+    p.add_argument("--exact", action="store_true", help="one row: also gemv_long_rows' exact cover of K")
     args = p.parse_args()
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -138,7 +156,8 @@ def main() -> None:
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
         lt = cublaslt_us(partial(run, cublas, calls), copies, args.reps)
         results = []
-        for cfg in configs(k, args.rows):
+        exact = exact_configs(k) if args.exact and args.rows == 1 else ()
+        for cfg in itertools.chain(configs(k, args.rows), exact):
             try:
                 results.append((us_per_call(partial(run, partial(triton_gemv, config=cfg), calls), copies, args.reps),
                                 cfg))  # fmt: skip
@@ -148,7 +167,10 @@ def main() -> None:
         best = results[0][1]
         ref = x.float() @ ws[0].float().t()
         got = torch.empty_like(calls[0][2])
-        triton_gemv(x, ws[0], got, best)
+        if best[0] == "exact":
+            got = gemv_long_rows(x, ws[0], block_k=best[2], block_n=best[1], num_warps=best[3])
+        else:
+            triton_gemv(x, ws[0], got, best)
         got = got.float()
         err = ((got - ref).abs().max() / ref.abs().max()).item()
         tops = "; ".join(f"{t:.1f} ({mb / t:.2f}) {tuple(c)}" for t, c in results[:3])

@@ -10,6 +10,8 @@
 #   3. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
+#   python3 scripts/gpu/gemv_wide_ab.py --exact             the GEMV's long tiles, gemv_long_rows' exact cover of K
+#                                                           (35 registers a thread against 114-165) and cuBLAS (~150 s)
 #   weaver bench scale ... --methods chain weaver --budgets 64 --draft-vocab first:32768   the draft with a token map
 #                                                           (issue 19's draft <= 1.7 ms: 1.72-1.75 with the whole head)
 #   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt (RuntimeOptions.blas auto's choice at 27B since
