@@ -137,10 +137,28 @@ def test_gemv_op_passes_opcheck(shape):
 def test_takes_blas_follows_the_option_then_the_gpu(choice, name, blas, monkeypatch):
     """RuntimeOptions.gemv names the route; auto asks the GPU's name (BLAS where GEMV_BLAS_GPUS says it reads
     faster); a CPU tensor never takes BLAS under auto."""
-    gemv._blas_gpu.cache_clear()
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=None: name)
+    gemv._BLAS_GPU.clear()
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
     try:
         assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) is blas
         assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cpu")) is (choice == "blas")
     finally:
-        gemv._blas_gpu.cache_clear()
+        gemv._BLAS_GPU.clear()
+
+
+def test_takes_blas_is_decided_outside_a_compiled_graph(monkeypatch):
+    """A compiled step asks the GPU's name at trace time, eagerly (`assume_constant_result`): a name lookup dynamo
+    could not trace (here: a graph break) neither breaks a fullgraph compile nor lands in the graph."""
+    gemv._BLAS_GPU.clear()
+
+    def name(device=None):
+        torch._dynamo.graph_break()
+        return "NVIDIA H200"
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", name)
+    try:
+        step = torch.compile(lambda x: x * 2 if gemv.takes_blas(RuntimeOptions(), torch.device("cuda", 0)) else x,
+                             fullgraph=True, backend="eager")  # fmt: skip
+        assert torch.equal(step(torch.ones(3)), torch.full((3,), 2.0))
+    finally:
+        gemv._BLAS_GPU.clear()

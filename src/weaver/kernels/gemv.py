@@ -19,8 +19,6 @@ kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.line
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 
@@ -81,20 +79,23 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: b
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _blas_gpu(index: int) -> bool:
-    """Whether CUDA device `index` is one of GEMV_BLAS_GPUS (asked once a device)."""
-    name = torch.cuda.get_device_name(index)
-    return any(fragment in name for fragment in GEMV_BLAS_GPUS)
+_BLAS_GPU: dict[torch.device, bool] = {}  # `_blas_gpu`'s answers, one a device
+
+
+@torch.compiler.assume_constant_result  # a compiled step asks at trace time, eagerly: never part of a graph
+def _blas_gpu(device: torch.device) -> bool:
+    """Whether CUDA `device` (index None: the current one) is one of GEMV_BLAS_GPUS (asked once a device)."""
+    if device not in _BLAS_GPU:
+        name = torch.cuda.get_device_name(device)
+        _BLAS_GPU[device] = any(fragment in name for fragment in GEMV_BLAS_GPUS)
+    return _BLAS_GPU[device]
 
 
 def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
     """Whether one row of a large weight goes to torch's BLAS: options.gemv, auto by the GPU (GEMV_BLAS_GPUS)."""
     if options.gemv != "auto":
         return options.gemv == "blas"
-    if device.type != "cuda":
-        return False
-    return _blas_gpu(device.index if device.index is not None else torch.cuda.current_device())
+    return device.type == "cuda" and _blas_gpu(device)
 
 
 def linear(
