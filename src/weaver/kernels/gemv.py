@@ -107,8 +107,8 @@ def linear(
 ) -> torch.Tensor:
     """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight (unless this GPU's
     BLAS reads it faster: `takes_blas`), else F.linear."""
-    gemv = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
-    if gemv and not takes_blas(options, x.device):
+    kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
+    if kernel and not takes_blas(options, x.device):
         rows = x.reshape(1, -1)
         out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu)
         return out.view(*x.shape[:-1], out.shape[-1])
