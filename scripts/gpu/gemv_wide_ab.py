@@ -111,9 +111,14 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
 
 
 def exact_configs(k: int):
-    """("exact", BLOCK_N, BLOCK_K, warps) for gemv_long_rows where BLOCK_K tiles and pieces cover k exactly."""
+    """("exact", BLOCK_N, BLOCK_K, warps) for gemv_long_rows where BLOCK_K tiles and pieces cover k exactly, once
+    per distinct cover (at K = 5,120 BLOCK_K 8,192 and 4,096 both load 4,096 + 1,024)."""
+    seen = set()
     for bn, bk, warps in itertools.product((1, 2), (1024, 2048, 4096, 8192), (4, 8)):
-        if long_row_tiles(k, bk) is not None and bn * bk <= MAX_PER_THREAD * 32 * warps:
+        tiles = long_row_tiles(k, bk)
+        pieces = None if tiles is None else (bk,) * tiles[0] + tiles[1]
+        if pieces is not None and (bn, pieces, warps) not in seen and bn * bk <= MAX_PER_THREAD * 32 * warps:
+            seen.add((bn, pieces, warps))
             yield "exact", bn, bk, warps
 
 
