@@ -7,11 +7,10 @@
 #   0. nothing on another GPU (an H100 has its figures: scale/h100_session56);
 #   1. ar_auto: `weaver bench scale --methods ar` with the defaults (auto: blas on an H200);
 #   2. ar_triton: the same with --gemv triton (the route of session 57's call), one process a side;
-#   3. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults.
+#   3. gemv_exact: `gemv_wide_ab.py --exact`, the GEMV's exact-cover long tiles against cuBLAS at every one-row shape;
+#   4. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults, in the call's time left.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
-#   python3 scripts/gpu/gemv_wide_ab.py --exact             the GEMV's long tiles, gemv_long_rows' exact cover of K
-#                                                           (35 registers a thread against 114-165) and cuBLAS (~150 s)
 #   weaver bench scale ... --methods chain weaver --budgets 64 --draft-vocab first:32768   the draft with a token map
 #                                                           (issue 19's draft <= 1.7 ms: 1.72-1.75 with the whole head)
 #   bash scripts/gpu/blas_ab.sh 27b:cublas 27b:cublaslt     cuBLASLt (RuntimeOptions.blas auto's choice at 27B since
@@ -34,4 +33,9 @@ scale() {  # scale NAME TIMEOUT ARGS...: one `weaver bench scale` run, its log i
 }
 scale ar_auto "${OWED_AR_S:-170}" --methods ar
 scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
-scale scale "${OWED_SCALE_S:-330}" --methods ar chain weaver --budgets 64
+# the GEMV's exact-cover tiles next: whether any one-row shape can leave cuBLAS on this card
+timeout "${OWED_GEMV_S:-170}" python3 scripts/gpu/gemv_wide_ab.py --exact 2>&1 | filter > "$OUT/gemv_exact.txt"
+grep -E "best/cuBLAS" "$OUT/gemv_exact.txt" | cut -c1-300
+# the rounds last, in whatever is left of a 600 s call (session 57's rounds were measured with the same round code)
+left=$((560 - SECONDS))
+if [ "$left" -gt 120 ]; then scale scale "$left" --methods ar chain weaver --budgets 64; fi
