@@ -11,6 +11,7 @@
     ... --T 65 --dtype bf16 --prefetch     # also the prep with its L2 prefetch (GDNTreeConfig.prefetch)
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
     ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
+    ... --gemv-tma --T     # the TMA GEMV at the 27B shapes: registers, shared memory, TMA copies a program
 
 Needs triton with its bundled ptxas (no CUDA device). Catches compiler crashes and register spills at the
 benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
@@ -46,6 +47,7 @@ pt = importlib.import_module("weaver.kernels.triton.pool_top")
 qr = importlib.import_module("weaver.kernels.triton.qkv_rope")
 gc = importlib.import_module("weaver.kernels.triton.gdn_commit")
 sa = importlib.import_module("weaver.kernels.triton.split_attention")
+tma = importlib.import_module("weaver.kernels.triton.gemv_tma")
 
 
 def compile_kernel(fn, args: dict, constexprs: dict, num_warps: int, num_stages: int = 1, divisible=()):
@@ -183,6 +185,24 @@ def check_gemv_27b() -> list[str]:
         out.append(compile_gemv(f"27b gemv {name}", n, k, 1, flags))
         if not flags.get("RESIDUAL"):
             out += [compile_gemv(f"27b gemv {name}+norm", n, k, 1, {**flags, **norm}, w) for w in (rule, 2 * rule)]
+    return out
+
+
+def check_gemv_tma() -> list[str]:
+    """gemv_tma with PDL at the 27B one-row shapes over a few tilings: registers, shared memory, and the TMA copies
+    (cp.async.bulk.tensor) and barriers in the PTX, which say whether the pipeliner put STAGES tiles in flight."""
+    out = []
+    for name, k, swiglu in (("out_proj", 6144, False), ("down", 17408, False), ("gate_up+swiglu", 5120, True)):
+        for tiles in (tma.TmaTiles(), tma.TmaTiles(16, 128, 8), tma.TmaTiles(32, 256, 4, 8)):
+            bn, bk, stages, warps = tiles
+            args = {"w_desc": f"tensordesc<bf16[{bn}, {bk}]>", "w_ptr": "*bf16", "x_ptr": "*bf16", "out_ptr": "*bf16",
+                    "N_OUT": "i32", "K": "i32", "UP_ROW": "i32"}  # fmt: skip
+            lines = triton.next_power_of_2(triton.cdiv(min(k, stages * bk), 64))
+            const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, K_LINES=lines)
+            kern = compile_kernel(tma._gemv_tma_kernel, args, const, warps, stages, divisible=("K",))
+            ptx = kern.asm["ptx"]
+            out.append(report(f"27b gemv_tma {name} {tiles} TMA copies={ptx.count('cp.async.bulk.tensor')} "
+                              f"mbarrier ops={ptx.count('mbarrier.')}", kern))  # fmt: skip
     return out
 
 
@@ -419,6 +439,7 @@ def main() -> None:
     parser.add_argument("--decode", action="store_true", help="also the AR step's GEMVs and attention (PDL)")
     parser.add_argument("--gdn-decode", action="store_true", help="also the GDN decode step's kernel")
     parser.add_argument("--gemv-27b", action="store_true", help="also the 27B AR step's GEMVs, with a norm or not")
+    parser.add_argument("--gemv-tma", action="store_true", help="also the TMA GEMV at the 27B one-row shapes")
     parser.add_argument("--qkv-rope", action="store_true", help="also the weaver verify's qkv + RoPE + K/V launch")
     parser.add_argument("--commit", action="store_true", help="also the stacked GDN commit fold's state tiles")
     parser.add_argument("--bench-call", action="store_true",
@@ -431,7 +452,7 @@ def main() -> None:
               (args.gemm_rows, check_gemm_rows), (args.decode, check_decode),
               (args.pool_top, check_pool_top), (args.qkv_rope, check_qkv_rope),
               (args.commit, check_commit), (args.gemv_27b, check_gemv_27b),
-              (args.gdn_decode, check_gdn_decode))  # fmt: skip
+              (args.gdn_decode, check_gdn_decode), (args.gemv_tma, check_gemv_tma))  # fmt: skip
     for wanted, check in extras:
         for line in check() if wanted else []:
             print(line, flush=True)

@@ -12,11 +12,16 @@ looped, masked tiles read 3.0-3.6 TB/s against cuBLAS's 3.4-4.1): K covered exac
 power-of-two pieces (5,120 = 4,096 + 1,024), no masked lanes, so fewer registers a program and more programs (more
 bytes in flight) an SM; configs print as ("exact", BLOCK_N, BLOCK_K, warps).
 
+--kinds picks what the one-row sweep runs: `loop` (fused_gemv's tiles, the default), `exact` (as --exact) and
+`tma` (`gemv_tma`: weight tiles through TMA into shared memory, STAGES in flight; TmaTiles(BLOCK_N, BLOCK_K,
+STAGES, warps)).
+
 With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
 leave cuBLAS as the AR step's did?
 
     python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20] [--rows 17]
+    python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma     # the kernels without registers-held tiles only
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from weaver.bench.kernels import time_graphs
 from weaver.kernels.gemv import long_row_tiles
 from weaver.kernels.triton.decode import GemmTiles, fused_gemv
 from weaver.kernels.triton.gemv_tiles import gemv_long_rows
+from weaver.kernels.triton.gemv_tma import TmaTiles, gemv_tma
 
 H, I, V = 5120, 17408, 248320
 SHAPES = {  # name: (out, in): the 27B AR step's projections (gemv_27b.py's list)
@@ -67,9 +73,18 @@ def exact_gemv(x: torch.Tensor, w: torch.Tensor, config) -> torch.Tensor:
     return gemv_long_rows(x, w, block_k=bk, block_n=bn, num_warps=warps)
 
 
+def own_output(x: torch.Tensor, w: torch.Tensor, config) -> torch.Tensor | None:
+    """The kernels that allocate their output, as launched (None for fused_gemv's configs, which write `out`)."""
+    if isinstance(config, TmaTiles):
+        return gemv_tma(x, w, tiles=config)
+    if config[0] == "exact":
+        return exact_gemv(x, w, config)
+    return None
+
+
 def triton_gemv(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, config) -> None:
-    if config[0] == "exact":  # timed as it is launched (no copy into `out`)
-        exact_gemv(x, w, config)
+    if isinstance(config, TmaTiles) or config[0] == "exact":  # timed as launched (no copy into `out`)
+        own_output(x, w, config)
     elif isinstance(config, GemmTiles):
         fused_gemv(x, w, out=out, tiles=config)
     else:
@@ -127,6 +142,12 @@ def exact_configs(k: int):
             yield "exact", bn, bk, warps
 
 
+def tma_configs():
+    """gemv_tma's tilings: BLOCK_N 8-32 rows, 128- or 256-wide tiles, 4-8 of them in flight a program."""
+    for bn, (bk, stages) in itertools.product((8, 16, 32), ((128, 8), (256, 4), (256, 6))):
+        yield TmaTiles(bn, bk, stages, 4)
+
+
 def configs(k: int, rows: int):
     """(BLOCK_N, BLOCK_K, warps) within the register budget, BLOCK_K no wider than K's power of two; for several
     rows, row tiles that hold them in one or two M tiles."""
@@ -148,6 +169,8 @@ def main() -> None:
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
     p.add_argument("--exact", action="store_true", help="one row: also gemv_long_rows' exact cover of K")
+    p.add_argument("--kinds", nargs="+", choices=("loop", "exact", "tma"), default=["loop"],
+                   help="one row: which kernels to sweep (--exact adds exact)")
     args = p.parse_args()
     dev = torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
@@ -166,8 +189,9 @@ def main() -> None:
         base = us_per_call(partial(run, cublas, calls), copies, args.reps)
         lt = cublaslt_us(partial(run, cublas, calls), copies, args.reps)
         results = []
-        exact = exact_configs(k) if args.exact and args.rows == 1 else ()
-        for cfg in itertools.chain(configs(k, args.rows), exact):
+        kinds = set(args.kinds) | ({"exact"} if args.exact else set()) if args.rows == 1 else {"loop"}
+        sweeps = {"loop": partial(configs, k, args.rows), "exact": partial(exact_configs, k), "tma": tma_configs}
+        for cfg in itertools.chain.from_iterable(sweeps[kind]() for kind in sorted(kinds)):
             try:
                 results.append((us_per_call(partial(run, partial(triton_gemv, config=cfg), calls), copies, args.reps),
                                 cfg))  # fmt: skip
@@ -176,10 +200,9 @@ def main() -> None:
         results.sort()
         best = results[0][1]
         ref = x.float() @ ws[0].float().t()
-        got = torch.empty_like(calls[0][2])
-        if best[0] == "exact":
-            got = exact_gemv(x, ws[0], best)
-        else:
+        got = own_output(x, ws[0], best)
+        if got is None:
+            got = torch.empty_like(calls[0][2])
             triton_gemv(x, ws[0], got, best)
         got = got.float()
         err = ((got - ref).abs().max() / ref.abs().max()).item()

@@ -38,7 +38,7 @@ __all__ = [
 KERNELS = ("auto", "torch", "triton")
 CUDA_GRAPHS = ("round", "stages", "off")
 BLAS = ("auto", "cublas", "cublaslt")
-GEMV = ("auto", "triton", "blas")
+GEMV = ("auto", "triton", "tma", "blas")
 # From this hidden size `blas="auto"` takes cuBLASLt (`weaver.kernels.launch_config` applies it). H100, 27B shape
 # (hidden 5120): chain-16 round 23.914 / 23.855 -> 23.689 / 23.675 ms, weaver-64 27.655 -> 27.187 / 27.236 (the down
 # projection and the drafter's fc read faster); 135M shape (hidden 576): chain-16 0.984 / 0.983 / 0.983 -> 0.998 /
@@ -72,9 +72,9 @@ class RuntimeOptions:
     # (cuBLAS) below
     blas: Literal["auto", "cublas", "cublaslt"] = "auto"
     # one input row of a large 16-bit weight (a 27B target's AR step; `weaver.kernels.gemv`): weaver's Triton GEMV,
-    # torch's BLAS (F.linear), or auto: the one measured faster on this GPU (`gemv.GEMV_BLAS_GPUS`: BLAS on an
-    # H200, the Triton GEMV elsewhere)
-    gemv: Literal["auto", "triton", "blas"] = "auto"
+    # its TMA variant (Hopper; `kernels.triton.gemv_tma`, not yet timed in a step), torch's BLAS (F.linear), or
+    # auto: the one measured faster on this GPU (`gemv.GEMV_BLAS_GPUS`: BLAS on an H200, the Triton GEMV elsewhere)
+    gemv: Literal["auto", "triton", "tma", "blas"] = "auto"
 
     def __post_init__(self) -> None:
         if self.kernels not in KERNELS:
@@ -154,8 +154,9 @@ def add_runtime_arguments(parser: argparse.ArgumentParser) -> None:
                    help="torch's BLAS library for the GEMMs of several rows (CUDA): auto (default) takes cublaslt for "
                         f"targets of hidden size >= {BLAS_LT_MIN_HIDDEN}, cublas below")  # fmt: skip
     g.add_argument("--gemv", choices=GEMV, default=None,
-                   help="one row of a large weight (a 27B AR step, CUDA): triton: weaver's GEMV; blas: torch's "
-                        "BLAS; auto (default): the one measured faster on this GPU (blas on an H200)")  # fmt: skip
+                   help="one row of a large weight (a 27B AR step, CUDA): triton: weaver's GEMV; tma: its TMA "
+                        "variant (Hopper); blas: torch's BLAS; auto (default): the one measured faster on this GPU "
+                        "(blas on an H200)")  # fmt: skip
 
 
 def runtime_options(args: argparse.Namespace) -> RuntimeOptions:

@@ -10,6 +10,7 @@ from helpers.triton_env import DEVICE, FULL  # sets TRITON_INTERPRET before trit
 from weaver.kernels import gemv
 from weaver.kernels.triton.decode import gemv_config
 from weaver.kernels.triton.gemv_tiles import gemv_long_rows
+from weaver.kernels.triton.gemv_tma import TmaTiles, gemv_tma
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -26,11 +27,12 @@ def _weights(n: int, k: int, seed: int = 0):
     return x, w
 
 
+@pytest.mark.parametrize("route", ["triton", "tma"])
 @pytest.mark.parametrize("swiglu", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
-def test_gemv_linear_matches_f_linear(shape, swiglu):
+def test_gemv_linear_matches_f_linear(shape, swiglu, route):
     x, w = _weights(*shape)
-    got = gemv.linear(x, w, TRITON, swiglu=swiglu, min_bytes=0)
+    got = gemv.linear(x, w, TRITON.replace(gemv=route), swiglu=swiglu, min_bytes=0)
     want = F.linear(x.float(), w.float())
     if swiglu:
         gate, up = want.chunk(2, dim=-1)
@@ -106,6 +108,51 @@ def test_gemv_long_rows_rejects_uncovered_rows():
         gemv_long_rows(x.view(1, -1), w, block_k=64, min_piece=1)
 
 
+def test_gemv_linear_takes_the_tma_kernel_when_asked(monkeypatch):
+    """RuntimeOptions.gemv="tma" sends one row of a large weight to gemv_tma, SwiGLU included."""
+    from weaver.kernels.triton import gemv_tiles
+
+    calls = []
+    real = gemv_tiles.gemv_tma
+    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda x, w, swiglu: calls.append(swiglu) or real(x, w, swiglu))
+    x, w = _weights(16, gemv.GEMV_MIN_K)
+    for swiglu in (False, True):
+        gemv.linear(x, w, TRITON.replace(gemv="tma"), swiglu=swiglu, min_bytes=0)
+    assert calls == [False, True]
+
+
+# interpreted: rows past N in the last program, a K that ends mid-tile (TMA reads zeros past both); compiled: the
+# 27B N = 5,120 shapes and a SwiGLU block, at the default tiles
+TMA_CASES = ([((5120, 6144), TmaTiles()), ((5120, 17408), TmaTiles(16, 128, 8)), ((2 * 8704, 5120), TmaTiles())]
+             if FULL else [((13, 200), TmaTiles(8, 64, 2, 1)), ((16, 128), TmaTiles(4, 32, 3, 1))])  # fmt: skip
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize(("shape", "tiles"), TMA_CASES)
+def test_gemv_tma_matches_f_linear(shape, tiles, swiglu):
+    n, k = shape
+    x, w = _weights(2 * n if swiglu else n, k, seed=n + k)
+    got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles)
+    want = F.linear(x.view(1, -1).float(), w.float())
+    if swiglu:
+        gate, up = want.chunk(2, dim=-1)
+        want = F.silu(gate) * up
+    assert got.shape == want.shape and got.dtype == torch.bfloat16
+    assert_close("gemv_tma", want, got, 2e-2)
+
+
+@pytest.mark.parametrize("case", ["K not a multiple of 8", "fp32", "two rows", "odd N with swiglu"])
+def test_gemv_tma_rejects_what_tma_cannot_read(case):
+    x, w = _weights(7 if case == "odd N with swiglu" else 8, 36 if case == "K not a multiple of 8" else 64)
+    x = x.view(1, -1)
+    if case == "fp32":
+        x, w = x.float(), w.float()
+    if case == "two rows":
+        x = torch.cat([x, x])
+    with pytest.raises(ValueError, match="gemv_tma needs|swiglu needs"):
+        gemv_tma(x, w, swiglu=case == "odd N with swiglu")
+
+
 def test_project_keeps_a_biased_linear():
     layer = torch.nn.Linear(gemv.GEMV_MIN_K, 8, bias=True).to(DEVICE, torch.bfloat16)
     x = torch.randn(1, 1, gemv.GEMV_MIN_K).to(DEVICE, torch.bfloat16)
@@ -126,13 +173,13 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gemv_op_passes_opcheck(shape):
     x, w = _weights(*shape)
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False))
+    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, False))
 
 
 @pytest.mark.parametrize(
     ("choice", "name", "blas"),
     [("auto", "NVIDIA H200", True), ("auto", "NVIDIA H100 80GB HBM3", False), ("triton", "NVIDIA H200", False),
-     ("blas", "NVIDIA H100 80GB HBM3", True)],
+     ("blas", "NVIDIA H100 80GB HBM3", True), ("tma", "NVIDIA H200", False)],
 )  # fmt: skip
 def test_takes_blas_follows_the_option_then_the_gpu(choice, name, blas, monkeypatch):
     """RuntimeOptions.gemv names the route; auto asks the GPU's name (BLAS where GEMV_BLAS_GPUS says it reads

@@ -15,6 +15,8 @@ own fused path (`models.fast_decode`), and the tuned small-shape GEMV rule is no
 torch.compile the kernel is the custom op `weaver::gemv`; this module imports without triton.
 On an H200 cuBLAS reads every one of those shapes faster than the best swept GEMV tile configuration (1.03-1.21x,
 kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.linear (`GEMV_BLAS_GPUS`).
+`gemv="tma"` takes `gemv_tma` instead of the register-tiled kernels: the weight through TMA tiles in shared memory
+(Hopper; not yet timed in a step).
 """
 
 from __future__ import annotations
@@ -50,15 +52,16 @@ def long_row_tiles(k: int, block_k: int = GEMV_TILE_K, min_piece: int = 64) -> t
 
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
-def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
-    """`weaver.kernels.triton.gemv_tiles.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu)."""
+def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool) -> torch.Tensor:
+    """`weaver.kernels.triton.gemv_tiles.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu); `tma`:
+    the weight through TMA tiles (`gemv_tma`)."""
     from weaver.kernels.triton.gemv_tiles import gemv
 
-    return gemv(x, weight, swiglu)
+    return gemv(x, weight, swiglu, tma)
 
 
 @gemv_op.register_fake
-def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool) -> torch.Tensor:
+def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
@@ -105,12 +108,12 @@ def linear(
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int = GEMV_MIN_BYTES,
 ) -> torch.Tensor:
-    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV for one row of a large weight (unless this GPU's
-    BLAS reads it faster: `takes_blas`), else F.linear."""
+    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV (options.gemv "tma": its TMA variant) for one row of
+    a large weight (unless this GPU's BLAS reads it faster: `takes_blas`), else F.linear."""
     kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
     if kernel and not takes_blas(options, x.device):
         rows = x.reshape(1, -1)
-        out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu)
+        out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu, options.gemv == "tma")
         return out.view(*x.shape[:-1], out.shape[-1])
     y = F.linear(x, weight)
     if not swiglu:

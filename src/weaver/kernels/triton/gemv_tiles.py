@@ -3,6 +3,7 @@ every load of a weight row issued at once.
 
     y = gemv_long_rows(x, weight)   # x [1, K] @ weight[N, K]^T, K = NUM x BLOCK_K + tail pieces
     y = gemv(x, weight)             # the custom op's launcher: this kernel past GEMV_MAX_K, else fused_gemv
+    y = gemv(x, weight, tma=True)   # ... or gemv_tma (RuntimeOptions.gemv = "tma")
 
 `decode._gemv_kernel` walks K in a loop of BLOCK_K tiles, the last one masked: a program has one tile's loads in
 flight at a time, one memory round trip per tile, and at K = 17,408 (8,192 + 8,192 + a masked 1,024) it read at
@@ -20,11 +21,15 @@ import triton.language as tl
 from weaver.kernels.gemv import GEMV_MAX_K, GEMV_TILE_K, long_row_tiles
 from weaver.kernels.triton._utils import check_device, pdl_wait, prefetch_rows
 from weaver.kernels.triton.decode import fused_gemv, pdl_gemm_options
+from weaver.kernels.triton.gemv_tma import gemv_tma
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False) -> torch.Tensor:
-    """The launcher of the custom op `weaver::gemv` (weaver.kernels.gemv): rows longer than GEMV_MAX_K through
-    `gemv_long_rows`, the rest through `fused_gemv` and its long-tile rule (`decode.gemv_config`)."""
+def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False, tma: bool = False) -> torch.Tensor:
+    """The launcher of the custom op `weaver::gemv` (weaver.kernels.gemv): `tma` through `gemv_tma`, rows longer
+    than GEMV_MAX_K through `gemv_long_rows`, the rest through `fused_gemv` and its long-tile rule
+    (`decode.gemv_config`)."""
+    if tma:
+        return gemv_tma(x, weight, swiglu)
     if weight.shape[1] > GEMV_MAX_K and not swiglu:
         return gemv_long_rows(x, weight)
     return fused_gemv(x, weight, swiglu=swiglu)
