@@ -7,7 +7,8 @@
 #   0. nothing on another GPU (an H100 has its figures: scale/h100_session56);
 #   1. ar_auto: `weaver bench scale --methods ar` with the defaults (auto: blas on an H200);
 #   2. ar_triton: the same with --gemv triton (the route of session 57's call), one process a side;
-#   3. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA), if its GPU tests pass;
+#   3. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA), if its GPU tests (run
+#      first) pass;
 #   4. gemv_exact_tma: `gemv_wide_ab.py --kinds exact tma`, exact-cover long tiles and gemv_tma's tilings against
 #      cuBLAS at every one-row shape;
 #   5. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults, in the call's time left.
@@ -33,12 +34,12 @@ scale() {  # scale NAME TIMEOUT ARGS...: one `weaver bench scale` run, its log i
   echo "## $name: $*"; grep -E "^copy|^(ar|chain|weaver) " "$OUT/$name.txt" | cut -c1-400
   grep -o -m 1 "One row of a large weight: [a-z]*" "$OUT/$name.txt"
 }
-# gemv_tma compiled against F.linear first (27B shapes, SwiGLU too): its AR step is timed only if they pass
+scale ar_auto "${OWED_AR_S:-170}" --methods ar
+scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
+# gemv_tma compiled against F.linear (27B shapes, SwiGLU too): its AR step is timed only if they pass
 timeout 120 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider tests/kernels/test_gemv_dispatch.py \
   -k "tma" > "$OUT/tma_tests.txt" 2>&1
 tma_ok=$?; tail -n 2 "$OUT/tma_tests.txt"
-scale ar_auto "${OWED_AR_S:-170}" --methods ar
-scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
 [ "$tma_ok" = 0 ] && scale ar_tma "${OWED_AR_S:-170}" --methods ar --gemv tma
 # the GEMV kernels without register-held tiles, per shape against cuBLAS: exact-cover long tiles and gemv_tma
 timeout "${OWED_GEMV_S:-200}" python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma 2>&1 | filter > "$OUT/gemv_exact_tma.txt"
