@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The next device call, whichever card comes (sessions 55-58 got one machine in ~40 calls, so each call must be
+# worth its start): on an H200, issue 19's owed figures (`owed_27b.sh`: the AR step on BLAS / the Triton GEMV /
+# gemv_tma, the one-row GEMV sweep, the rounds); on an H100, gemv_tma's compiled tests, the GDN prep prefetch A/B
+# owed since session 56 (`prefetch_ab.sh`) and, in the time left, greedy = ar through captured rounds on CUDA
+# (fp32 tiny llama / hybrid, the oracle drafter: issue 19's GPU equality point). Every file lands under $OUT.
+#   here:    bash scripts/gpu/travel.sh results     (then `full` once the call is back; commit named paths only)
+#   device:  source scripts/gpu/setup.sh; bash scripts/gpu/next_call.sh      (carry .whl)
+OUT=${OUT:-/tmp/next_out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+if grep -q H200 "$OUT/gpu.txt"; then
+  OUT=$OUT bash scripts/gpu/owed_27b.sh
+  exit 0
+fi
+timeout 90 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider tests/kernels/test_gemv_dispatch.py \
+  -k tma > "$OUT/tma_tests.txt" 2>&1
+tail -n 2 "$OUT/tma_tests.txt"
+OUT=$OUT bash scripts/gpu/prefetch_ab.sh
+left=$((560 - SECONDS))
+if [ "$left" -gt 60 ]; then
+  timeout "$left" python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider -n 8 \
+    tests/speculative/test_engine_lossless.py -k cuda > "$OUT/lossless_gpu.txt" 2>&1
+  tail -n 3 "$OUT/lossless_gpu.txt"
+fi
