@@ -20,6 +20,7 @@ benchmark shape (H=16, HV=48, K=V=128) before spending GPU time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import tempfile
@@ -189,20 +190,29 @@ def check_gemv_27b() -> list[str]:
 
 
 def check_gemv_tma() -> list[str]:
-    """gemv_tma with PDL at the 27B one-row shapes over a few tilings: registers, shared memory, and the TMA copies
-    (cp.async.bulk.tensor) and barriers in the PTX, which say whether the pipeliner put STAGES tiles in flight."""
+    """gemv_tma with PDL at the 27B one-row shapes over a few tilings, and with its RMSNorm where a norm comes
+    before the projection: registers, shared memory, the TMA copies (cp.async.bulk.tensor) and barriers in the PTX
+    (whether the pipeliner put STAGES tiles in flight), and how far after the PDL wait the first copy issues (the
+    norm must not hold the weight stream back)."""
     out = []
-    for name, k, swiglu in (("out_proj", 6144, False), ("down", 17408, False), ("gate_up+swiglu", 5120, True)):
-        for tiles in (tma.TmaTiles(), tma.TmaTiles(16, 128, 8), tma.TmaTiles(32, 256, 4, 8)):
-            bn, bk, stages, warps = tiles
-            args = {"w_desc": f"tensordesc<bf16[{bn}, {bk}]>", "w_ptr": "*bf16", "x_ptr": "*bf16", "out_ptr": "*bf16",
-                    "N_OUT": "i32", "K": "i32", "UP_ROW": "i32"}  # fmt: skip
+    for name, k, swiglu, norms in (("out_proj", 6144, False, (False,)), ("down", 17408, False, (False,)),
+                                   ("in_proj", 5120, False, (False, True)),
+                                   ("gate_up+swiglu", 5120, True, (False, True))):  # fmt: skip
+        for (bn, bk, stages, warps), norm in itertools.product(
+            (tma.TmaTiles(), tma.TmaTiles(16, 128, 8), tma.TmaTiles(32, 256, 4, 8)), norms
+        ):
+            args = {"w_desc": f"tensordesc<bf16[{bn}, {bk}]>", "w_ptr": "*bf16", "x_ptr": "*bf16", "norm_ptr": "*bf16",
+                    "out_ptr": "*bf16", "N_OUT": "i32", "K": "i32", "UP_ROW": "i32", "eps": "fp32"}  # fmt: skip
             lines = triton.next_power_of_2(triton.cdiv(min(k, stages * bk), 64))
-            const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, K_LINES=lines)
+            const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, NORM=norm, K_LINES=lines)
             kern = compile_kernel(tma._gemv_tma_kernel, args, const, warps, stages, divisible=("K",))
             ptx = kern.asm["ptx"]
-            out.append(report(f"27b gemv_tma {name} {tiles} TMA copies={ptx.count('cp.async.bulk.tensor')} "
-                              f"mbarrier ops={ptx.count('mbarrier.')}", kern))  # fmt: skip
+            lines = ptx.splitlines()
+            first = next(i for i, line in enumerate(lines) if "cp.async.bulk.tensor" in line)
+            wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+            copies = (f"TMA copies={ptx.count('cp.async.bulk.tensor')} mbarrier ops={ptx.count('mbarrier.')} "
+                      f"first copy {first - wait} PTX lines after the PDL wait")  # fmt: skip
+            out.append(report(f"27b gemv_tma {name}{'+norm' if norm else ''} {(bn, bk, stages, warps)} {copies}", kern))
     return out
 
 

@@ -16,12 +16,18 @@ bytes in flight) an SM; configs print as ("exact", BLOCK_N, BLOCK_K, warps).
 `tma` (`gemv_tma`: weight tiles through TMA into shared memory, STAGES in flight; TmaTiles(BLOCK_N, BLOCK_K,
 STAGES, warps)).
 
+--norm times gemv_tma with and without its RMSNorm (`norm_weight`: statistics from the x tiles its loop loads) at
+the shapes a norm precedes (GDN in_proj, attention qkv, gate_up + SwiGLU): the AR step's ~125 add + norm kernels
+(~0.44 ms) could go into the GEMVs if the norm costs the GEMV nothing (sessions 46-47: on the register-tiled GEMV it
+cost 2.7-4.3 ms a step).
+
 With --rows M > 1 (a verify's 17 or 65 rows) it sweeps the row-tiled kernel instead (`GemmTiles`: BLOCK_M x
 BLOCK_N x BLOCK_K, warps, stages; tl.dot on the tensor cores) against cuBLAS at M rows: can the verify's GEMMs
 leave cuBLAS as the AR step's did?
 
     python3 scripts/gpu/gemv_wide_ab.py [--shapes mlp.down gdn.out_proj] [--reps 20] [--rows 17]
     python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma     # the kernels without registers-held tiles only
+    python3 scripts/gpu/gemv_wide_ab.py --norm                # gemv_tma with and without its RMSNorm
 """
 
 from __future__ import annotations
@@ -130,6 +136,28 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
 
 
+def tma_calls(x: torch.Tensor, ws: list, swiglu: bool, tiles: TmaTiles, norm_weight: torch.Tensor | None) -> None:
+    for w in ws:
+        gemv_tma(x, w, swiglu, tiles, norm_weight)
+
+
+def tma_norm_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
+    """gemv_tma plain against gemv_tma with norm_weight (same tiles, same weights), us per call, at the three
+    shapes a norm precedes; the SwiGLU epilogue on gate_up as the model would run it."""
+    for name, swiglu in (("gdn.in_proj_qkvz", False), ("attn.qkv (gated q)", False), ("mlp.gate_up", True)):
+        n, k = SHAPES[name]
+        copies = max(1, -(-400 * 2**20 // (n * k * 2)))
+        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
+        x = torch.randn(1, k, device=dev, dtype=torch.bfloat16, generator=gen)
+        g = torch.randn(k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.1
+        rows = []
+        for tiles in (TmaTiles(), TmaTiles(16, 128, 8), TmaTiles(16, 256, 4)):
+            plain, normed = (us_per_call(partial(tma_calls, x, ws, swiglu, tiles, w), copies, reps) for w in (None, g))
+            rows.append(f"{tuple(tiles)} {plain:.1f} -> {normed:.1f}")
+        print(f"{name:20s}{' + SwiGLU' if swiglu else ''}: gemv_tma plain -> with its norm, us per call: "
+              f"{'; '.join(rows)}", flush=True)  # fmt: skip
+
+
 def exact_configs(k: int):
     """("exact", BLOCK_N, BLOCK_K, warps) for gemv_long_rows where BLOCK_K tiles and pieces cover k exactly, once
     per distinct cover (at K = 5,120 BLOCK_K 8,192 and 4,096 both load 4,096 + 1,024)."""
@@ -169,6 +197,7 @@ def main() -> None:
     p.add_argument("--swiglu", action="store_true", help="only the gate_up + SwiGLU comparison")
     p.add_argument("--rows", type=int, default=1, help="input rows (a verify's 17 or 65: the row-tiled kernel)")
     p.add_argument("--exact", action="store_true", help="one row: also gemv_long_rows' exact cover of K")
+    p.add_argument("--norm", action="store_true", help="only gemv_tma with and without its RMSNorm")
     p.add_argument("--kinds", nargs="+", choices=("loop", "exact", "tma"), default=["loop"],
                    help="one row: which kernels to sweep (--exact adds exact)")
     args = p.parse_args()
@@ -177,6 +206,8 @@ def main() -> None:
     print(torch.cuda.get_device_name(), torch.__version__)
     if args.swiglu:
         return swiglu_ab(args.reps, dev, gen)
+    if args.norm:
+        return tma_norm_ab(args.reps, dev, gen)
     tiles = "(BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)" if args.rows > 1 else "(BLOCK_N, BLOCK_K, warps)"
     print(f"rows {args.rows}; shape      [  out x    in]  copies | cuBLAS us (TB/s) | best configs {tiles}")
     for name in args.shapes:

@@ -10,7 +10,7 @@
 #   3. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA), if its GPU tests (run
 #      first) pass;
 #   4. gemv_exact_tma: `gemv_wide_ab.py --kinds exact tma`, exact-cover long tiles and gemv_tma's tilings against
-#      cuBLAS at every one-row shape;
+#      cuBLAS at every one-row shape; then `--norm`: what gemv_tma's in-kernel RMSNorm costs it;
 #   5. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults, in the call's time left.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
@@ -44,6 +44,7 @@ tma_ok=$?; tail -n 2 "$OUT/tma_tests.txt"
 # the GEMV kernels without register-held tiles, per shape against cuBLAS: exact-cover long tiles and gemv_tma
 timeout "${OWED_GEMV_S:-200}" python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma 2>&1 | filter > "$OUT/gemv_exact_tma.txt"
 grep -E "best/cuBLAS" "$OUT/gemv_exact_tma.txt" | cut -c1-300
+[ "$tma_ok" = 0 ] && timeout 60 python3 scripts/gpu/gemv_wide_ab.py --norm 2>&1 | filter | tee "$OUT/gemv_tma_norm.txt"
 # the rounds last, in whatever is left of a 600 s call (session 57's rounds were measured with the same round code)
 left=$((560 - SECONDS))
 if [ "$left" -gt 120 ]; then scale scale "$left" --methods ar chain weaver --budgets 64; fi

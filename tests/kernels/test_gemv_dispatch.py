@@ -11,6 +11,7 @@ from weaver.kernels import gemv
 from weaver.kernels.triton.decode import gemv_config
 from weaver.kernels.triton.gemv_tiles import gemv_long_rows
 from weaver.kernels.triton.gemv_tma import TmaTiles, gemv_tma
+from weaver.models.norm import RMSNorm
 from weaver.options import RuntimeOptions
 from weaver.testing import assert_close
 
@@ -139,6 +140,24 @@ def test_gemv_tma_matches_f_linear(shape, tiles, swiglu):
         want = F.silu(gate) * up
     assert got.shape == want.shape and got.dtype == torch.bfloat16
     assert_close("gemv_tma", want, got, 2e-2)
+
+
+@pytest.mark.parametrize("swiglu", [False, True])
+@pytest.mark.parametrize(("shape", "tiles"), TMA_CASES)
+def test_gemv_tma_with_a_norm_matches_the_model_norm_then_f_linear(shape, tiles, swiglu):
+    """norm_weight: the projection of Qwen3.5's offset RMSNorm of x (statistics from the kernel's own x tiles)."""
+    n, k = shape
+    x, w = _weights(2 * n if swiglu else n, k, seed=n + k + 1)
+    norm = RMSNorm(k, offset=True).to(DEVICE)
+    with torch.no_grad():
+        norm.weight.normal_(0.0, 0.1)
+    got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles, norm_weight=norm.weight, eps=norm.eps)
+    with torch.no_grad():
+        want = F.linear(norm(x.view(1, -1)).float(), w.float())
+    if swiglu:
+        gate, up = want.chunk(2, dim=-1)
+        want = F.silu(gate) * up
+    assert_close("gemv_tma + norm", want, got, 2e-2)
 
 
 @pytest.mark.parametrize("case", ["K not a multiple of 8", "fp32", "two rows", "odd N with swiglu"])

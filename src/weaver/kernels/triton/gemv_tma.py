@@ -38,11 +38,14 @@ class TmaTiles(NamedTuple):
 
 @triton.jit
 def _gemv_tma_kernel(
-    w_desc, w_ptr, x_ptr, out_ptr, N_OUT, K, UP_ROW,
+    w_desc, w_ptr, x_ptr, norm_ptr, out_ptr, N_OUT, K, UP_ROW, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, SWIGLU: tl.constexpr,
-    PDL: tl.constexpr, K_LINES: tl.constexpr,
+    NORM: tl.constexpr, PDL: tl.constexpr, K_LINES: tl.constexpr,
 ):  # fmt: skip
-    """out[o_n] = W[o_n] . x for BLOCK_N rows (SWIGLU: silu(W[o_n] . x) * (W[UP_ROW + o_n] . x))."""
+    """out[o_n] = W[o_n] . x for BLOCK_N rows (SWIGLU: silu(W[o_n] . x) * (W[UP_ROW + o_n] . x)). NORM: of
+    Qwen3.5's offset RMSNorm of x, W . (x * (1 + g)) / rms(x) in fp32: the statistics come from the x tiles the loop
+    loads anyway, so the weight stream starts at once; the normed row is not rounded to x's dtype, as the model's
+    norm rounds it (a difference of bf16 ties)."""
     n0 = tl.program_id(0) * BLOCK_N
     o_n = n0 + tl.arange(0, BLOCK_N)
     if PDL:  # launched while the previous kernel runs: the first STAGES tiles toward L2, then wait for it (x)
@@ -51,17 +54,24 @@ def _gemv_tma_kernel(
         if SWIGLU:
             prefetch_rows(rows + UP_ROW * K, tl.minimum(K, STAGES * BLOCK_K), K_LINES)
         pdl_wait()
+    sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         cols = k0 + tl.arange(0, BLOCK_K)
-        xk = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)[None, :]
+        xk = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+        if NORM:
+            sum_sq += xk * xk
+            xk *= 1.0 + tl.load(norm_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+        xk = xk[None, :]
         acc += w_desc.load([n0, k0]).to(tl.float32) * xk
         if SWIGLU:
             acc_up += w_desc.load([UP_ROW + n0, k0]).to(tl.float32) * xk
     y = tl.sum(acc, axis=1)
+    rstd = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps) if NORM else 1.0
+    y *= rstd
     if SWIGLU:
-        y = y / (1.0 + tl.exp(-y)) * tl.sum(acc_up, axis=1)
+        y = y / (1.0 + tl.exp(-y)) * tl.sum(acc_up, axis=1) * rstd
     tl.store(out_ptr + o_n, y.to(out_ptr.dtype.element_ty), mask=o_n < N_OUT)
 
 
@@ -69,10 +79,17 @@ DEFAULT_TILES = TmaTiles()
 
 
 def gemv_tma(
-    x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False, tiles: TmaTiles = DEFAULT_TILES
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    swiglu: bool = False,
+    tiles: TmaTiles = DEFAULT_TILES,
+    norm_weight: torch.Tensor | None = None,  # [K]: RMSNorm x first (Qwen3.5's offset form), as the model does
+    eps: float = 1e-6,
 ) -> torch.Tensor:
     """x [1, K] @ weight[N, K]^T through TMA tiles ([1, N / 2] silu(gate) * up with swiglu). The weight must be
-    16-bit, contiguous, with rows of K a multiple of 8 (TMA's 16-byte row stride)."""
+    16-bit, contiguous, with rows of K a multiple of 8 (TMA's 16-byte row stride). `norm_weight`: the projection
+    of RMSNorm(x), the statistics taken in the kernel's own loop (`scripts/gpu/gemv_wide_ab.py --norm` times what
+    that costs; no model passes it yet)."""
     check_device(x, weight)
     if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"gemv_tma needs x [1, K] and weight [N, K], got {tuple(x.shape)}, {tuple(weight.shape)}")
@@ -81,6 +98,8 @@ def gemv_tma(
     n, k = weight.shape
     if weight.element_size() != 2 or not weight.is_contiguous() or k % 8 or x.stride(1) != 1:
         raise ValueError("gemv_tma needs a contiguous 16-bit weight whose rows are a multiple of 8 long")
+    if norm_weight is not None and norm_weight.shape != (k,):
+        raise ValueError(f"gemv_tma's norm_weight must be [K] = [{k}], got {tuple(norm_weight.shape)}")
     if swiglu and n % 2:
         raise ValueError(f"swiglu needs [gate; up] rows, an even N, got N = {n}")
     n_out = n // 2 if swiglu else n
@@ -89,7 +108,8 @@ def gemv_tma(
     options = pdl_launch(x.device, weight.element_size())
     lines = triton.next_power_of_2(triton.cdiv(min(k, tiles.stages * tiles.block_k), 64)) if options["PDL"] else 1
     _gemv_tma_kernel[(triton.cdiv(n_out, tiles.block_n),)](
-        desc, weight, x, out, n_out, k, n_out, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, STAGES=tiles.stages,
-        SWIGLU=swiglu, K_LINES=lines, num_warps=tiles.num_warps, num_stages=tiles.stages, **options,
+        desc, weight, x, norm_weight if norm_weight is not None else x, out, n_out, k, n_out, eps,
+        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, STAGES=tiles.stages, SWIGLU=swiglu,
+        NORM=norm_weight is not None, K_LINES=lines, num_warps=tiles.num_warps, num_stages=tiles.stages, **options,
     )  # fmt: skip
     return out
