@@ -115,11 +115,58 @@ def test_gemv_linear_takes_the_tma_kernel_when_asked(monkeypatch):
 
     calls = []
     real = gemv_tiles.gemv_tma
-    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda x, w, swiglu: calls.append(swiglu) or real(x, w, swiglu))
+    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda x, w, swiglu, **kw: calls.append(swiglu) or real(x, w, swiglu,
+                                                                                                   **kw))  # fmt: skip
     x, w = _weights(16, gemv.GEMV_MIN_K)
     for swiglu in (False, True):
         gemv.linear(x, w, TRITON.replace(gemv="tma"), swiglu=swiglu, min_bytes=0)
     assert calls == [False, True]
+
+
+@pytest.mark.parametrize("route", ["triton", "tma", "blas"])
+@pytest.mark.parametrize("swiglu", [False, True])
+def test_gemv_linear_projects_the_norm_of_x(route, swiglu, monkeypatch):
+    """linear(norm=): the projection of norm(x) on every route; the TMA GEMV takes the (offset) norm itself, the
+    others get the normed row (exactly what they would compute from it)."""
+    x, w = _weights(16, gemv.GEMV_MIN_K)
+    norm = RMSNorm(gemv.GEMV_MIN_K, offset=True).to(DEVICE, torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.normal_(0.0, 0.1)
+    options = TRITON.replace(gemv=route)
+    got = gemv.linear(x, w, options, swiglu=swiglu, min_bytes=0, norm=norm)
+    with torch.no_grad():
+        normed = norm(x)
+        if route == "tma":
+            want = F.linear(normed.float(), w.float())
+            want = F.silu(want.chunk(2, -1)[0]) * want.chunk(2, -1)[1] if swiglu else want
+            assert_close("linear(norm=), tma", want, got, 2e-2)
+        else:
+            assert torch.equal(got, gemv.linear(normed, w, options, swiglu=swiglu, min_bytes=0))
+
+
+def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
+    """gemv="tma" hands each decoder layer's norms to the projections after them (`norm_in_projection`): with every
+    weight of a tiny bf16 Qwen3.5 taken as large, its one-row decode step runs its in-projections, q/k/v and
+    gate_up through gemv_tma with the norm inside; its logits match the default route's (bf16 rounding apart)."""
+    import weaver
+
+    monkeypatch.setattr(gemv, "GEMV_MIN_BYTES", 0)
+    monkeypatch.setattr(gemv, "GEMV_MIN_K", 8)
+    from weaver.kernels.triton import gemv_tiles
+
+    normed_calls = []
+    real = gemv_tiles.gemv_tma
+    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda *a, **kw: normed_calls.append(kw["norm_weight"] is not None)
+                        or real(*a, **kw))  # fmt: skip
+    logits = {}
+    for route in ("triton", "tma"):
+        llm = weaver.LLM.from_config("tiny-qwen3_5", seed=3, dtype="bf16", options=TRITON.replace(gemv=route))
+        cache = llm.model.allocate_cache(1, 16)
+        llm.model(torch.tensor([[5, 17, 42]]), cache)
+        logits[route] = llm.model(torch.tensor([[8]]), cache).logits.float()
+    layers = llm.model.config.num_hidden_layers
+    assert normed_calls.count(True) == 2 * layers  # each layer's mixer in-projection and gate_up took the norm
+    assert_close("tma decode step", logits["triton"], logits["tma"], 5e-2)
 
 
 # interpreted: rows past N in the last program, a K that ends mid-tile (TMA reads zeros past both); compiled: the
@@ -192,7 +239,7 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gemv_op_passes_opcheck(shape):
     x, w = _weights(*shape)
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, False))
+    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, False, None, 0.0))
 
 
 @pytest.mark.parametrize(

@@ -31,11 +31,11 @@ def _where(stack) -> str:
 CUDA = torch.cuda.is_available()
 
 
-def _llm(model: str, method: str):
+def _llm(model: str, method: str, gemv: str = "auto"):
     kernels, dtype = ("auto", "bf16") if CUDA else ("torch", "fp32")
     return weaver.LLM.from_config(model, random_weights=True, seed=7, drafter="random:2",
                                   adapter="random:32" if method == "weaver" else None, device="cuda" if CUDA else "cpu",
-                                  dtype=dtype, options=weaver.RuntimeOptions(kernels=kernels))  # fmt: skip
+                                  dtype=dtype, options=weaver.RuntimeOptions(kernels=kernels, gemv=gemv))  # fmt: skip
 
 
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3_5"])
@@ -60,10 +60,11 @@ def test_every_round_stage_is_one_graph(model: str, method: str) -> None:
     assert not any(found.values()), found
 
 
+@pytest.mark.parametrize("gemv", ["auto", "tma"])  # tma: the layers hand their norms to the projections
 @pytest.mark.parametrize("model", ["tiny-llama", "tiny-qwen3_5"])
 @torch.no_grad()
-def test_ar_step_is_one_graph(model: str) -> None:
-    llm = _llm(model, "chain")
+def test_ar_step_is_one_graph(model: str, gemv: str) -> None:
+    llm = _llm(model, "chain", gemv)
     engine, params = llm.engine, SamplingParams()
     cfg = RoundConfig(method="ar", budget=0, rule="greedy", params=params)
     ar = engine.stages_for(cfg, None)

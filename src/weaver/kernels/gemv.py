@@ -21,6 +21,8 @@ kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.line
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 
@@ -28,8 +30,8 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
 __all__ = [
-    "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "gemv_op", "linear",
-    "long_row_tiles", "project", "takes_blas",
+    "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "RowNorm", "gemv_op", "linear",
+    "long_row_tiles", "norm_in_projection", "project", "takes_blas",
 ]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
@@ -51,17 +53,31 @@ def long_row_tiles(k: int, block_k: int = GEMV_TILE_K, min_piece: int = 64) -> t
     return num, pieces
 
 
+class RowNorm(Protocol):
+    """What `linear` needs of a norm before a projection (models.norm.RMSNorm): its weight, eps, form, and itself."""
+
+    weight: torch.Tensor
+    eps: float
+    offset: bool
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
 @torch.library.custom_op("weaver::gemv", mutates_args=())
-def gemv_op(x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool) -> torch.Tensor:
+def gemv_op(
+    x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool, norm_weight: torch.Tensor | None, eps: float
+) -> torch.Tensor:
     """`weaver.kernels.triton.gemv_tiles.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu); `tma`:
-    the weight through TMA tiles (`gemv_tma`)."""
+    the weight through TMA tiles (`gemv_tma`), which can take x's offset RMSNorm (`norm_weight`, eps)."""
     from weaver.kernels.triton.gemv_tiles import gemv
 
-    return gemv(x, weight, swiglu, tma)
+    return gemv(x, weight, swiglu, tma, norm_weight, eps)
 
 
 @gemv_op.register_fake
-def _gemv_fake(x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool) -> torch.Tensor:
+def _gemv_fake(
+    x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool, norm_weight: torch.Tensor | None, eps: float
+) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
 
@@ -106,20 +122,31 @@ def linear(
     weight: torch.Tensor,  # [N, K]
     options: RuntimeOptions,
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
-    min_bytes: int = GEMV_MIN_BYTES,
+    min_bytes: int | None = None,  # None: GEMV_MIN_BYTES
+    norm: RowNorm | None = None,  # project norm(x): the TMA GEMV takes an offset RMSNorm itself, else it runs first
 ) -> torch.Tensor:
-    """x @ weight^T (no bias), or SwiGLU of it: the Triton GEMV (options.gemv "tma": its TMA variant) for one row of
-    a large weight (unless this GPU's BLAS reads it faster: `takes_blas`), else F.linear."""
+    """x @ weight^T (no bias), or SwiGLU of it, of norm(x) where given: the Triton GEMV (options.gemv "tma": its TMA
+    variant) for one row of a large weight (unless this GPU's BLAS reads it faster: `takes_blas`), else F.linear."""
+    min_bytes = GEMV_MIN_BYTES if min_bytes is None else min_bytes
     kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
     if kernel and not takes_blas(options, x.device):
-        rows = x.reshape(1, -1)
-        out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu, options.gemv == "tma")
+        tma = options.gemv == "tma"
+        inside = norm is not None and tma and norm.offset  # gemv_tma's norm is Qwen3.5's offset form
+        rows = (x if inside or norm is None else norm(x)).reshape(1, -1)
+        out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu, tma,
+                     norm.weight if inside else None, norm.eps if inside else 0.0)  # fmt: skip
         return out.view(*x.shape[:-1], out.shape[-1])
-    y = F.linear(x, weight)
+    y = F.linear(x if norm is None else norm(x), weight)
     if not swiglu:
         return y
     gate, up = y.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def norm_in_projection(options: RuntimeOptions) -> bool:
+    """Whether a decoder layer hands its norms to the projections after them (`linear(norm=)`): on the TMA route,
+    where a one-row GEMV can take the norm inside (the step then has no norm kernels of its own)."""
+    return options.gemv == "tma"
 
 
 def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:

@@ -47,11 +47,13 @@ class Attention(nn.Module):
         cache: AttentionCache,
         step: StepInputs,
         rope: tuple[torch.Tensor, torch.Tensor],
+        norm: gemv.RowNorm | None = None,  # attend over norm(x): the q/k/v projection may take the norm inside
     ) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
-            q, k, v = self.fused(x, step.options)
+            q, k, v = self.fused(x, step.options, norm)
         else:
+            x = x if norm is None else norm(x)
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         q = q.view(b, t, self.num_heads, -1)
         gate = None

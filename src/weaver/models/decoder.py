@@ -45,13 +45,18 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
 
     def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
-        h = self.input_layernorm(x)
-        if self.kind == "linear_attention":
-            h = self.linear_attn(h, cache, step)
+        if gemv.norm_in_projection(step.options):  # the projections after the norms take them (one-row GEMVs)
+            norm_in, norm_post = self.input_layernorm, self.post_attention_layernorm
+            h = x
         else:
-            h = self.self_attn(h, cache, step, rope)
+            norm_in = norm_post = None
+            h = self.input_layernorm(x)
+        if self.kind == "linear_attention":
+            h = self.linear_attn(h, cache, step, norm_in)
+        else:
+            h = self.self_attn(h, cache, step, rope, norm_in)
         x = x + h
-        return x + self.mlp(self.post_attention_layernorm(x), step.options)
+        return x + self.mlp(x if norm_post is not None else self.post_attention_layernorm(x), step.options, norm_post)
 
 
 class DecoderBody(nn.Module):

@@ -36,15 +36,20 @@ class FusedLinear:
                 lin.bias = nn.Parameter(self.bias[start : start + size], requires_grad=False)
             start += size
 
-    def __call__(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> list[torch.Tensor]:
-        return list(self.linear(x, options).split(self.sizes, dim=-1))
+    def __call__(
+        self, x: torch.Tensor, options: RuntimeOptions | None = None, norm: gemv.RowNorm | None = None
+    ) -> list[torch.Tensor]:
+        return list(self.linear(x, options, norm).split(self.sizes, dim=-1))
 
-    def linear(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
-        """Every projection of x, concatenated along the last dim (one GEMM; with `options`, one row of a large
-        weight through weaver's GEMV: `weaver.kernels.gemv`)."""
+    def linear(
+        self, x: torch.Tensor, options: RuntimeOptions | None = None, norm: gemv.RowNorm | None = None
+    ) -> torch.Tensor:
+        """Every projection of x (of norm(x) where given), concatenated along the last dim (one GEMM; with
+        `options`, one row of a large weight through weaver's GEMV: `weaver.kernels.gemv`, which may take the
+        norm inside)."""
         if options is not None and self.bias is None:
-            return gemv.linear(x, self.weight, options)
-        return torch.nn.functional.linear(x, self.weight, self.bias)
+            return gemv.linear(x, self.weight, options, norm=norm)
+        return torch.nn.functional.linear(x if norm is None else norm(x), self.weight, self.bias)
 
     def part(self, first: int, count: int) -> FusedLinear:
         """The fused projection of linears first .. first + count - 1 alone (views of this one's tensors)."""

@@ -52,11 +52,15 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = nn.Linear(self.value_dim, cfg.hidden_size, bias=False)
         self.fused = None  # set by models.fuse.fuse_projections: one GEMM for qkv, z, b, a
 
-    def forward(self, x: torch.Tensor, cache: GDNCache, step: StepInputs) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: GDNCache, step: StepInputs, norm: gemv.RowNorm | None = None
+    ) -> torch.Tensor:
+        """The mixer's output for x (for norm(x) where given: the in-projection may take the norm inside)."""
         b, t, _ = x.shape
         if self.fused is not None:
-            mixed, z, b_raw, a_raw = self.fused(x, step.options)
+            mixed, z, b_raw, a_raw = self.fused(x, step.options, norm)
         else:
+            x = x if norm is None else norm(x)
             mixed, z = self.in_proj_qkv(x), self.in_proj_z(x)
             b_raw, a_raw = self.in_proj_b(x), self.in_proj_a(x)
         # mixed: [B, T, C] raw pre-conv inputs

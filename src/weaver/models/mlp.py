@@ -17,9 +17,14 @@ class MLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=bias)
         self.fused = None  # set by models.fuse.fuse_projections: one GEMM for gate and up
 
-    def forward(self, x: torch.Tensor, options: RuntimeOptions | None = None) -> torch.Tensor:
-        """With `options`, one row of large weights goes through weaver's GEMV (SwiGLU in its epilogue)."""
+    def forward(
+        self, x: torch.Tensor, options: RuntimeOptions | None = None, norm: gemv.RowNorm | None = None
+    ) -> torch.Tensor:
+        """The block of x (of norm(x) where given). With `options`, one row of large weights goes through weaver's
+        GEMV (SwiGLU in its epilogue; the norm inside on the TMA route)."""
         if options is not None and self.fused is not None and self.fused.bias is None:
-            return gemv.project(self.down_proj, gemv.linear(x, self.fused.weight, options, swiglu=True), options)
+            h = gemv.linear(x, self.fused.weight, options, swiglu=True, norm=norm)
+            return gemv.project(self.down_proj, h, options)
+        x = x if norm is None else norm(x)
         gate, up = self.fused(x) if self.fused is not None else (self.gate_proj(x), self.up_proj(x))
         return self.down_proj(nn.functional.silu(gate) * up)

@@ -24,12 +24,21 @@ from weaver.kernels.triton.decode import fused_gemv, pdl_gemm_options
 from weaver.kernels.triton.gemv_tma import gemv_tma
 
 
-def gemv(x: torch.Tensor, weight: torch.Tensor, swiglu: bool = False, tma: bool = False) -> torch.Tensor:
-    """The launcher of the custom op `weaver::gemv` (weaver.kernels.gemv): `tma` through `gemv_tma`, rows longer
-    than GEMV_MAX_K through `gemv_long_rows`, the rest through `fused_gemv` and its long-tile rule
-    (`decode.gemv_config`)."""
+def gemv(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    swiglu: bool = False,
+    tma: bool = False,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> torch.Tensor:
+    """The launcher of the custom op `weaver::gemv` (weaver.kernels.gemv): `tma` through `gemv_tma` (with x's
+    offset RMSNorm when `norm_weight` is given), rows longer than GEMV_MAX_K through `gemv_long_rows`, the rest
+    through `fused_gemv` and its long-tile rule (`decode.gemv_config`)."""
     if tma:
-        return gemv_tma(x, weight, swiglu)
+        return gemv_tma(x, weight, swiglu, norm_weight=norm_weight, eps=eps)
+    if norm_weight is not None:
+        raise ValueError("gemv: only the TMA GEMV (tma=True) takes a norm")
     if weight.shape[1] > GEMV_MAX_K and not swiglu:
         return gemv_long_rows(x, weight)
     return fused_gemv(x, weight, swiglu=swiglu)

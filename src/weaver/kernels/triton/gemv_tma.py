@@ -83,13 +83,13 @@ def gemv_tma(
     weight: torch.Tensor,
     swiglu: bool = False,
     tiles: TmaTiles = DEFAULT_TILES,
-    norm_weight: torch.Tensor | None = None,  # [K]: RMSNorm x first (Qwen3.5's offset form), as the model does
+    norm_weight: torch.Tensor | None = None,  # [K]: of x's RMSNorm (Qwen3.5's offset form)
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """x [1, K] @ weight[N, K]^T through TMA tiles ([1, N / 2] silu(gate) * up with swiglu). The weight must be
     16-bit, contiguous, with rows of K a multiple of 8 (TMA's 16-byte row stride). `norm_weight`: the projection
-    of RMSNorm(x), the statistics taken in the kernel's own loop (`scripts/gpu/gemv_wide_ab.py --norm` times what
-    that costs; no model passes it yet)."""
+    of RMSNorm(x), the statistics taken in the kernel's own loop (the decoder layers' norms on the TMA route:
+    `gemv.linear(norm=)`; `scripts/gpu/gemv_wide_ab.py --norm` times what it costs the GEMV)."""
     check_device(x, weight)
     if x.dim() != 2 or x.shape[0] != 1 or weight.dim() != 2 or x.shape[1] != weight.shape[1]:
         raise ValueError(f"gemv_tma needs x [1, K] and weight [N, K], got {tuple(x.shape)}, {tuple(weight.shape)}")
