@@ -190,21 +190,23 @@ def check_gemv_27b() -> list[str]:
 
 
 def check_gemv_tma() -> list[str]:
-    """gemv_tma with PDL at the 27B one-row shapes over a few tilings, and with its RMSNorm where a norm comes
-    before the projection: registers, shared memory, the TMA copies (cp.async.bulk.tensor) and barriers in the PTX
-    (whether the pipeliner put STAGES tiles in flight), and how far after the PDL wait the first copy issues (the
-    norm must not hold the weight stream back)."""
+    """gemv_tma with PDL at the 27B one-row shapes over a few tilings, with the residual add where the model adds
+    one (out_proj, down) and with its RMSNorm where a norm comes before the projection: registers, shared memory,
+    the TMA copies (cp.async.bulk.tensor) and barriers in the PTX (whether the pipeliner put STAGES tiles in
+    flight), and how far after the PDL wait the first copy issues (the norm must not hold the weight stream back)."""
     out = []
-    for name, k, swiglu, norms in (("out_proj", 6144, False, (False,)), ("down", 17408, False, (False,)),
+    for name, k, swiglu, norms in (("out_proj+res", 6144, False, (False,)), ("down+res", 17408, False, (False,)),
                                    ("in_proj", 5120, False, (False, True)),
                                    ("gate_up+swiglu", 5120, True, (False, True))):  # fmt: skip
         for (bn, bk, stages, warps), norm in itertools.product(
             (tma.TmaTiles(), tma.TmaTiles(16, 128, 8), tma.TmaTiles(32, 256, 4, 8)), norms
         ):
             args = {"w_desc": f"tensordesc<bf16[{bn}, {bk}]>", "w_ptr": "*bf16", "x_ptr": "*bf16", "norm_ptr": "*bf16",
-                    "out_ptr": "*bf16", "N_OUT": "i32", "K": "i32", "UP_ROW": "i32", "eps": "fp32"}  # fmt: skip
+                    "res_ptr": "*bf16", "out_ptr": "*bf16", "N_OUT": "i32", "K": "i32", "UP_ROW": "i32",
+                    "eps": "fp32"}  # fmt: skip
             lines = triton.next_power_of_2(triton.cdiv(min(k, stages * bk), 64))
-            const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, NORM=norm, K_LINES=lines)
+            const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, NORM=norm,
+                         RESIDUAL=name.endswith("+res"), K_LINES=lines)  # fmt: skip
             kern = compile_kernel(tma._gemv_tma_kernel, args, const, warps, stages, divisible=("K",))
             ptx = kern.asm["ptx"]
             lines = ptx.splitlines()

@@ -125,29 +125,31 @@ def test_gemv_linear_takes_the_tma_kernel_when_asked(monkeypatch):
 
 @pytest.mark.parametrize("route", ["triton", "tma", "blas"])
 @pytest.mark.parametrize("swiglu", [False, True])
-def test_gemv_linear_projects_the_norm_of_x(route, swiglu, monkeypatch):
-    """linear(norm=): the projection of norm(x) on every route; the TMA GEMV takes the (offset) norm itself, the
-    others get the normed row (exactly what they would compute from it)."""
+def test_gemv_linear_projects_the_norm_of_x_plus_a_residual(route, swiglu):
+    """linear(norm=, residual=): the projection of norm(x), plus residual, on every route; the TMA GEMV takes the
+    (offset) norm and the add itself, the others project the normed row and add after (exactly as the layer did)."""
     x, w = _weights(16, gemv.GEMV_MIN_K)
+    residual = torch.randn(1, 1, 8 if swiglu else 16).to(DEVICE, torch.bfloat16)
     norm = RMSNorm(gemv.GEMV_MIN_K, offset=True).to(DEVICE, torch.bfloat16)
     with torch.no_grad():
         norm.weight.normal_(0.0, 0.1)
     options = TRITON.replace(gemv=route)
-    got = gemv.linear(x, w, options, swiglu=swiglu, min_bytes=0, norm=norm)
+    got = gemv.linear(x, w, options, swiglu=swiglu, min_bytes=0, norm=norm, residual=residual)
     with torch.no_grad():
         normed = norm(x)
         if route == "tma":
             want = F.linear(normed.float(), w.float())
             want = F.silu(want.chunk(2, -1)[0]) * want.chunk(2, -1)[1] if swiglu else want
-            assert_close("linear(norm=), tma", want, got, 2e-2)
+            assert_close("linear(norm=, residual=), tma", want + residual.float(), got, 2e-2)
         else:
-            assert torch.equal(got, gemv.linear(normed, w, options, swiglu=swiglu, min_bytes=0))
+            assert torch.equal(got, gemv.linear(normed, w, options, swiglu=swiglu, min_bytes=0) + residual)
 
 
 def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
-    """gemv="tma" hands each decoder layer's norms to the projections after them (`norm_in_projection`): with every
-    weight of a tiny bf16 Qwen3.5 taken as large, its one-row decode step runs its in-projections, q/k/v and
-    gate_up through gemv_tma with the norm inside; its logits match the default route's (bf16 rounding apart)."""
+    """gemv="tma" hands each decoder layer's norms to the projections after them and its residual adds to the
+    projections before them (`norm_in_projection`): with every weight of a tiny bf16 Qwen3.5 taken as large, its
+    one-row decode step runs its in-projections, q/k/v and gate_up through gemv_tma with the norm inside, out_proj /
+    o_proj and down with the add inside; its logits match the default route's (bf16 rounding apart)."""
     import weaver
 
     monkeypatch.setattr(gemv, "GEMV_MIN_BYTES", 0)
@@ -156,8 +158,8 @@ def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
 
     normed_calls = []
     real = gemv_tiles.gemv_tma
-    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda *a, **kw: normed_calls.append(kw["norm_weight"] is not None)
-                        or real(*a, **kw))  # fmt: skip
+    monkeypatch.setattr(gemv_tiles, "gemv_tma", lambda *a, **kw: normed_calls.append(
+        (kw["norm_weight"] is not None, kw["residual"] is not None)) or real(*a, **kw))  # fmt: skip
     logits = {}
     for route in ("triton", "tma"):
         llm = weaver.LLM.from_config("tiny-qwen3_5", seed=3, dtype="bf16", options=TRITON.replace(gemv=route))
@@ -165,7 +167,8 @@ def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
         llm.model(torch.tensor([[5, 17, 42]]), cache)
         logits[route] = llm.model(torch.tensor([[8]]), cache).logits.float()
     layers = llm.model.config.num_hidden_layers
-    assert normed_calls.count(True) == 2 * layers  # each layer's mixer in-projection and gate_up took the norm
+    assert normed_calls.count((True, False)) == 2 * layers  # each layer's mixer in-projection and gate_up: the norm
+    assert normed_calls.count((False, True)) == 2 * layers  # each layer's out_proj / o_proj and down: the add
     assert_close("tma decode step", logits["triton"], logits["tma"], 5e-2)
 
 
@@ -191,20 +194,23 @@ def test_gemv_tma_matches_f_linear(shape, tiles, swiglu):
 
 @pytest.mark.parametrize("swiglu", [False, True])
 @pytest.mark.parametrize(("shape", "tiles"), TMA_CASES)
-def test_gemv_tma_with_a_norm_matches_the_model_norm_then_f_linear(shape, tiles, swiglu):
-    """norm_weight: the projection of Qwen3.5's offset RMSNorm of x (statistics from the kernel's own x tiles)."""
+def test_gemv_tma_with_a_norm_and_a_residual_matches_the_model_norm_then_f_linear(shape, tiles, swiglu):
+    """norm_weight: the projection of Qwen3.5's offset RMSNorm of x (statistics from the kernel's own x tiles);
+    residual: added in the epilogue."""
     n, k = shape
     x, w = _weights(2 * n if swiglu else n, k, seed=n + k + 1)
     norm = RMSNorm(k, offset=True).to(DEVICE)
     with torch.no_grad():
         norm.weight.normal_(0.0, 0.1)
-    got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles, norm_weight=norm.weight, eps=norm.eps)
+    residual = torch.randn(1, n).to(DEVICE, torch.bfloat16)
+    got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles, norm_weight=norm.weight, eps=norm.eps,
+                   residual=residual)  # fmt: skip
     with torch.no_grad():
         want = F.linear(norm(x.view(1, -1)).float(), w.float())
     if swiglu:
         gate, up = want.chunk(2, dim=-1)
         want = F.silu(gate) * up
-    assert_close("gemv_tma + norm", want, got, 2e-2)
+    assert_close("gemv_tma + norm + residual", want + residual.float(), got, 2e-2)
 
 
 @pytest.mark.parametrize("case", ["K not a multiple of 8", "fp32", "two rows", "odd N with swiglu"])
@@ -239,7 +245,7 @@ def test_long_tile_rule_for_one_row_of_a_large_weight():
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gemv_op_passes_opcheck(shape):
     x, w = _weights(*shape)
-    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, False, None, 0.0))
+    torch.library.opcheck(gemv.gemv_op, (x.view(1, -1), w, False, False, None, 0.0, None))
 
 
 @pytest.mark.parametrize(

@@ -65,18 +65,31 @@ class RowNorm(Protocol):
 
 @torch.library.custom_op("weaver::gemv", mutates_args=())
 def gemv_op(
-    x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool, norm_weight: torch.Tensor | None, eps: float
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    swiglu: bool,
+    tma: bool,
+    norm_weight: torch.Tensor | None,
+    eps: float,
+    residual: torch.Tensor | None,
 ) -> torch.Tensor:
     """`weaver.kernels.triton.gemv_tiles.gemv` as a custom op: x [1, K] -> [1, N] ([1, N / 2] with swiglu); `tma`:
-    the weight through TMA tiles (`gemv_tma`), which can take x's offset RMSNorm (`norm_weight`, eps)."""
+    the weight through TMA tiles (`gemv_tma`), which can take x's offset RMSNorm (`norm_weight`, eps) and add a
+    residual [1, N]."""
     from weaver.kernels.triton.gemv_tiles import gemv
 
-    return gemv(x, weight, swiglu, tma, norm_weight, eps)
+    return gemv(x, weight, swiglu, tma, norm_weight, eps, residual)
 
 
 @gemv_op.register_fake
 def _gemv_fake(
-    x: torch.Tensor, weight: torch.Tensor, swiglu: bool, tma: bool, norm_weight: torch.Tensor | None, eps: float
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    swiglu: bool,
+    tma: bool,
+    norm_weight: torch.Tensor | None,
+    eps: float,
+    residual: torch.Tensor | None,
 ) -> torch.Tensor:
     n = weight.shape[0]
     return x.new_empty(x.shape[0], n // 2 if swiglu else n)
@@ -124,31 +137,41 @@ def linear(
     swiglu: bool = False,  # weight is [gate; up]: return silu(gate) * up, [..., N / 2]
     min_bytes: int | None = None,  # None: GEMV_MIN_BYTES
     norm: RowNorm | None = None,  # project norm(x): the TMA GEMV takes an offset RMSNorm itself, else it runs first
+    residual: torch.Tensor | None = None,  # [..., N]: added to the projection (the TMA GEMV in its epilogue)
 ) -> torch.Tensor:
-    """x @ weight^T (no bias), or SwiGLU of it, of norm(x) where given: the Triton GEMV (options.gemv "tma": its TMA
-    variant) for one row of a large weight (unless this GPU's BLAS reads it faster: `takes_blas`), else F.linear."""
+    """x @ weight^T (no bias), or SwiGLU of it, of norm(x) where given, plus residual where given: the Triton GEMV
+    (options.gemv "tma": its TMA variant) for one row of a large weight (unless this GPU's BLAS reads it faster:
+    `takes_blas`), else F.linear."""
     min_bytes = GEMV_MIN_BYTES if min_bytes is None else min_bytes
     kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
     if kernel and not takes_blas(options, x.device):
         tma = options.gemv == "tma"
         inside = norm is not None and tma and norm.offset  # gemv_tma's norm is Qwen3.5's offset form
         rows = (x if inside or norm is None else norm(x)).reshape(1, -1)
+        res = residual.reshape(1, -1) if residual is not None and tma else None
         out = launch(gemv_op, "weaver.kernels.triton.gemv_tiles", "gemv", rows, weight, swiglu, tma,
-                     norm.weight if inside else None, norm.eps if inside else 0.0)  # fmt: skip
-        return out.view(*x.shape[:-1], out.shape[-1])
+                     norm.weight if inside else None, norm.eps if inside else 0.0, res)  # fmt: skip
+        out = out.view(*x.shape[:-1], out.shape[-1])
+        return out + residual if residual is not None and res is None else out
     y = F.linear(x if norm is None else norm(x), weight)
-    if not swiglu:
-        return y
-    gate, up = y.chunk(2, dim=-1)
-    return F.silu(gate) * up
+    if swiglu:
+        gate, up = y.chunk(2, dim=-1)
+        y = F.silu(gate) * up
+    return y if residual is None else y + residual
 
 
 def norm_in_projection(options: RuntimeOptions) -> bool:
-    """Whether a decoder layer hands its norms to the projections after them (`linear(norm=)`): on the TMA route,
-    where a one-row GEMV can take the norm inside (the step then has no norm kernels of its own)."""
+    """Whether a decoder layer hands its norms to the projections after them (`linear(norm=)`) and its residual
+    adds to the projections before them (`residual=`): on the TMA route, where a one-row GEMV takes both inside
+    (the step then has no norm or add kernels of its own)."""
     return options.gemv == "tma"
 
 
-def project(layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions) -> torch.Tensor:
-    """layer(x) for an nn.Linear, one row of a large bias-free weight through `linear`."""
-    return layer(x) if layer.bias is not None else linear(x, layer.weight, options)
+def project(
+    layer: torch.nn.Linear, x: torch.Tensor, options: RuntimeOptions, residual: torch.Tensor | None = None
+) -> torch.Tensor:
+    """layer(x) (+ residual) for an nn.Linear, one row of a large bias-free weight through `linear`."""
+    if layer.bias is None:
+        return linear(x, layer.weight, options, residual=residual)
+    y = layer(x)
+    return y if residual is None else y + residual

@@ -48,6 +48,7 @@ class Attention(nn.Module):
         step: StepInputs,
         rope: tuple[torch.Tensor, torch.Tensor],
         norm: gemv.RowNorm | None = None,  # attend over norm(x): the q/k/v projection may take the norm inside
+        residual: torch.Tensor | None = None,  # added to the output (in o_proj's epilogue on the TMA route)
     ) -> torch.Tensor:
         b, t, _ = x.shape
         if self.fused is not None:
@@ -70,7 +71,7 @@ class Attention(nn.Module):
         if not self.sliding:  # the prefix-split kernel on CUDA: reads the committed slots, not the whole cache
             out = attend_tree(q, cache.k, cache.v, step.lengths, step.ancestors, gate, step.options)
             if out is not None:
-                return gemv.project(self.o_proj, out, step.options)
+                return gemv.project(self.o_proj, out, step.options, residual)
         mask = step.window_mask if self.sliding else step.attn_mask
         out = F.scaled_dot_product_attention(  # [B, heads, T, D]; one fused kernel on CUDA when compiled
             q, cache.k, cache.v, attn_mask=mask, enable_gqa=self.num_kv_heads != self.num_heads
@@ -78,4 +79,4 @@ class Attention(nn.Module):
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)
         if gate is not None:
             out = out * torch.sigmoid(gate.reshape(b, t, -1))
-        return gemv.project(self.o_proj, out, step.options)
+        return gemv.project(self.o_proj, out, step.options, residual)

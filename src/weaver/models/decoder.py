@@ -45,18 +45,19 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
 
     def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
-        if gemv.norm_in_projection(step.options):  # the projections after the norms take them (one-row GEMVs)
-            norm_in, norm_post = self.input_layernorm, self.post_attention_layernorm
-            h = x
-        else:
-            norm_in = norm_post = None
-            h = self.input_layernorm(x)
+        if gemv.norm_in_projection(step.options):  # the projections take the norms and residual adds around them
+            if self.kind == "linear_attention":
+                x = self.linear_attn(x, cache, step, self.input_layernorm, residual=x)
+            else:
+                x = self.self_attn(x, cache, step, rope, self.input_layernorm, residual=x)
+            return self.mlp(x, step.options, self.post_attention_layernorm, residual=x)
+        h = self.input_layernorm(x)
         if self.kind == "linear_attention":
-            h = self.linear_attn(h, cache, step, norm_in)
+            h = self.linear_attn(h, cache, step)
         else:
-            h = self.self_attn(h, cache, step, rope, norm_in)
+            h = self.self_attn(h, cache, step, rope)
         x = x + h
-        return x + self.mlp(x if norm_post is not None else self.post_attention_layernorm(x), step.options, norm_post)
+        return x + self.mlp(self.post_attention_layernorm(x), step.options)
 
 
 class DecoderBody(nn.Module):

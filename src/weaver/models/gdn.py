@@ -53,9 +53,15 @@ class GatedDeltaNet(nn.Module):
         self.fused = None  # set by models.fuse.fuse_projections: one GEMM for qkv, z, b, a
 
     def forward(
-        self, x: torch.Tensor, cache: GDNCache, step: StepInputs, norm: gemv.RowNorm | None = None
+        self,
+        x: torch.Tensor,
+        cache: GDNCache,
+        step: StepInputs,
+        norm: gemv.RowNorm | None = None,
+        residual: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """The mixer's output for x (for norm(x) where given: the in-projection may take the norm inside)."""
+        """The mixer's output for x, or for norm(x) where given (the in-projection may take the norm inside), plus
+        residual where given (in out_proj's epilogue on the TMA route)."""
         b, t, _ = x.shape
         if self.fused is not None:
             mixed, z, b_raw, a_raw = self.fused(x, step.options, norm)
@@ -76,7 +82,7 @@ class GatedDeltaNet(nn.Module):
             if t == 1 and backend.fused_decode(step.options, x):  # one kernel from here to out_proj's input
                 o = backend.gdn_decode(conv_out, b_raw, a_raw, z, self.A_log, self.dt_bias, self.norm.weight,
                                        self.norm.eps, cache.state, self.num_k_heads)
-                return gemv.project(self.out_proj, o, step.options)
+                return gemv.project(self.out_proj, o, step.options, residual)
         q, k, v = conv_out.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = q.reshape(b, t, self.num_k_heads, self.head_k_dim)
         k = k.reshape(b, t, self.num_k_heads, self.head_k_dim)
@@ -92,7 +98,7 @@ class GatedDeltaNet(nn.Module):
             cache.state.copy_(new_state)
         z = z.reshape(b, t, self.num_v_heads, self.head_v_dim)
         o = self.norm(o.to(x.dtype), z)
-        return gemv.project(self.out_proj, o.reshape(b, t, self.value_dim), step.options)
+        return gemv.project(self.out_proj, o.reshape(b, t, self.value_dim), step.options, residual)
 
     def commit(self, cache: GDNCache, path: torch.Tensor, options: RuntimeOptions) -> None:
         """Fold the accepted path (node ids [B, P], -1 padded) into the state and the conv window."""

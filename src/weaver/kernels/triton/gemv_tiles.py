@@ -31,14 +31,15 @@ def gemv(
     tma: bool = False,
     norm_weight: torch.Tensor | None = None,
     eps: float = 0.0,
+    residual: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The launcher of the custom op `weaver::gemv` (weaver.kernels.gemv): `tma` through `gemv_tma` (with x's
-    offset RMSNorm when `norm_weight` is given), rows longer than GEMV_MAX_K through `gemv_long_rows`, the rest
-    through `fused_gemv` and its long-tile rule (`decode.gemv_config`)."""
+    offset RMSNorm when `norm_weight` is given, plus `residual`), rows longer than GEMV_MAX_K through
+    `gemv_long_rows`, the rest through `fused_gemv` and its long-tile rule (`decode.gemv_config`)."""
     if tma:
-        return gemv_tma(x, weight, swiglu, norm_weight=norm_weight, eps=eps)
-    if norm_weight is not None:
-        raise ValueError("gemv: only the TMA GEMV (tma=True) takes a norm")
+        return gemv_tma(x, weight, swiglu, norm_weight=norm_weight, eps=eps, residual=residual)
+    if norm_weight is not None or residual is not None:
+        raise ValueError("gemv: only the TMA GEMV (tma=True) takes a norm or a residual")
     if weight.shape[1] > GEMV_MAX_K and not swiglu:
         return gemv_long_rows(x, weight)
     return fused_gemv(x, weight, swiglu=swiglu)

@@ -38,14 +38,14 @@ class TmaTiles(NamedTuple):
 
 @triton.jit
 def _gemv_tma_kernel(
-    w_desc, w_ptr, x_ptr, norm_ptr, out_ptr, N_OUT, K, UP_ROW, eps,
+    w_desc, w_ptr, x_ptr, norm_ptr, res_ptr, out_ptr, N_OUT, K, UP_ROW, eps,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, SWIGLU: tl.constexpr,
-    NORM: tl.constexpr, PDL: tl.constexpr, K_LINES: tl.constexpr,
+    NORM: tl.constexpr, RESIDUAL: tl.constexpr, PDL: tl.constexpr, K_LINES: tl.constexpr,
 ):  # fmt: skip
     """out[o_n] = W[o_n] . x for BLOCK_N rows (SWIGLU: silu(W[o_n] . x) * (W[UP_ROW + o_n] . x)). NORM: of
     Qwen3.5's offset RMSNorm of x, W . (x * (1 + g)) / rms(x) in fp32: the statistics come from the x tiles the loop
     loads anyway, so the weight stream starts at once; the normed row is not rounded to x's dtype, as the model's
-    norm rounds it (a difference of bf16 ties)."""
+    norm rounds it (a difference of bf16 ties). RESIDUAL: plus res[o_n], rounded once."""
     n0 = tl.program_id(0) * BLOCK_N
     o_n = n0 + tl.arange(0, BLOCK_N)
     if PDL:  # launched while the previous kernel runs: the first STAGES tiles toward L2, then wait for it (x)
@@ -72,6 +72,8 @@ def _gemv_tma_kernel(
     y *= rstd
     if SWIGLU:
         y = y / (1.0 + tl.exp(-y)) * tl.sum(acc_up, axis=1) * rstd
+    if RESIDUAL:
+        y += tl.load(res_ptr + o_n, mask=o_n < N_OUT, other=0.0).to(tl.float32)
     tl.store(out_ptr + o_n, y.to(out_ptr.dtype.element_ty), mask=o_n < N_OUT)
 
 
@@ -85,6 +87,7 @@ def gemv_tma(
     tiles: TmaTiles = DEFAULT_TILES,
     norm_weight: torch.Tensor | None = None,  # [K]: of x's RMSNorm (Qwen3.5's offset form)
     eps: float = 1e-6,
+    residual: torch.Tensor | None = None,  # [1, N_out]: added in the epilogue (a decoder layer's residual stream)
 ) -> torch.Tensor:
     """x [1, K] @ weight[N, K]^T through TMA tiles ([1, N / 2] silu(gate) * up with swiglu). The weight must be
     16-bit, contiguous, with rows of K a multiple of 8 (TMA's 16-byte row stride). `norm_weight`: the projection
@@ -98,6 +101,9 @@ def gemv_tma(
     n, k = weight.shape
     if weight.element_size() != 2 or not weight.is_contiguous() or k % 8 or x.stride(1) != 1:
         raise ValueError("gemv_tma needs a contiguous 16-bit weight whose rows are a multiple of 8 long")
+    if residual is not None and residual.numel() != (n // 2 if swiglu else n):
+        raise ValueError(f"gemv_tma's residual must have the output's {n // 2 if swiglu else n} values, got "
+                         f"{tuple(residual.shape)}")  # fmt: skip
     if norm_weight is not None and norm_weight.shape != (k,):
         raise ValueError(f"gemv_tma's norm_weight must be [K] = [{k}], got {tuple(norm_weight.shape)}")
     if swiglu and n % 2:
@@ -108,8 +114,9 @@ def gemv_tma(
     options = pdl_launch(x.device, weight.element_size())
     lines = triton.next_power_of_2(triton.cdiv(min(k, tiles.stages * tiles.block_k), 64)) if options["PDL"] else 1
     _gemv_tma_kernel[(triton.cdiv(n_out, tiles.block_n),)](
-        desc, weight, x, norm_weight if norm_weight is not None else x, out, n_out, k, n_out, eps,
-        BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, STAGES=tiles.stages, SWIGLU=swiglu,
-        NORM=norm_weight is not None, K_LINES=lines, num_warps=tiles.num_warps, num_stages=tiles.stages, **options,
+        desc, weight, x, norm_weight if norm_weight is not None else x, residual if residual is not None else out,
+        out, n_out, k, n_out, eps, BLOCK_N=tiles.block_n, BLOCK_K=tiles.block_k, STAGES=tiles.stages, SWIGLU=swiglu,
+        NORM=norm_weight is not None, RESIDUAL=residual is not None, K_LINES=lines, num_warps=tiles.num_warps,
+        num_stages=tiles.stages, **options,
     )  # fmt: skip
     return out
