@@ -16,7 +16,7 @@ This module is the only one in `weaver` that reads the environment (besides `WEA
     pdl          WEAVER_PDL             1 | 0
     tuning       WEAVER_TRITON_TUNING   a verify_sweep.py JSON | none
     blas         WEAVER_BLAS            auto | cublas | cublaslt
-    gemv         WEAVER_GEMV            auto | triton | blas
+    gemv         WEAVER_GEMV            auto | triton | tma | blas
 """
 
 from __future__ import annotations
