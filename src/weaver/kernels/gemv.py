@@ -16,7 +16,8 @@ torch.compile the kernel is the custom op `weaver::gemv`; this module imports wi
 On an H200 cuBLAS reads every one of those shapes faster than the best swept GEMV tile configuration (1.03-1.21x,
 kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.linear (`GEMV_BLAS_GPUS`).
 `gemv="tma"` takes `gemv_tma` instead of the register-tiled kernels: the weight through TMA tiles in shared memory
-(Hopper; not yet timed in a step).
+(Hopper; not yet timed in a step), which also takes the decoder layers' norms and residual adds around it
+(`norm_in_projection`, `linear(norm=, residual=)`).
 """
 
 from __future__ import annotations
