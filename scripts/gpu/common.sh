@@ -3,7 +3,7 @@
 set -uo pipefail
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-filter() { grep -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|UserWarning\|^  File \|return _triton\|builders/weaver.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
+filter() { grep --line-buffered -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|UserWarning\|^  File \|return _triton\|builders/weaver.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
 # profile NAME [VAR=value ...]: round_profile.py (--specs $PROFILE_SPECS, default ar chain:16 weaver:64) in an
 # environment with the given settings, its log in $OUT/profile_NAME.txt; the stage rows echoed.
 profile() {

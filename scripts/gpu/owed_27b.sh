@@ -9,8 +9,8 @@
 #   2. ar_triton: the same with --gemv triton (the route of session 57's call), one process a side;
 #   3. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA), if its GPU tests (run
 #      first) pass;
-#   4. gemv_exact_tma: `gemv_wide_ab.py --kinds exact tma`, exact-cover long tiles and gemv_tma's tilings against
-#      cuBLAS at every one-row shape; then `--norm`: what gemv_tma's in-kernel RMSNorm costs it;
+#   4. `gemv_wide_ab.py --norm`: what gemv_tma's in-kernel RMSNorm costs it; then `--kinds exact tma`: exact-cover
+#      long tiles and gemv_tma's tilings against cuBLAS at every one-row shape;
 #   5. scale: the deliverable's report for ar, chain 16 and weaver 64 with the defaults, in the call's time left.
 #   device run:  source scripts/gpu/setup.sh; bash scripts/gpu/owed_27b.sh     (carry .whl)
 # Then, on the warm H200, one call each (carry .whl):
@@ -41,10 +41,14 @@ timeout 120 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovide
   -k "tma" > "$OUT/tma_tests.txt" 2>&1
 tma_ok=$?; tail -n 2 "$OUT/tma_tests.txt"
 [ "$tma_ok" = 0 ] && scale ar_tma "${OWED_AR_S:-170}" --methods ar --gemv tma
-# the GEMV kernels without register-held tiles, per shape against cuBLAS: exact-cover long tiles and gemv_tma
-timeout "${OWED_GEMV_S:-200}" python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma 2>&1 | filter > "$OUT/gemv_exact_tma.txt"
-grep -E "best/cuBLAS" "$OUT/gemv_exact_tma.txt" | cut -c1-300
+# what gemv_tma's in-kernel norm costs it (~30 s), then the GEMV kernels without register-held tiles, per shape
+# against cuBLAS (exact-cover long tiles, gemv_tma's tilings; a line a shape), bounded by the call's time left
 [ "$tma_ok" = 0 ] && timeout 60 python3 scripts/gpu/gemv_wide_ab.py --norm 2>&1 | filter | tee "$OUT/gemv_tma_norm.txt"
+sweep=$((575 - SECONDS)); [ "$sweep" -gt "${OWED_GEMV_S:-200}" ] && sweep=${OWED_GEMV_S:-200}
+if [ "$sweep" -gt 30 ]; then
+  timeout "$sweep" python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma 2>&1 | filter > "$OUT/gemv_exact_tma.txt"
+  grep -E "best/cuBLAS" "$OUT/gemv_exact_tma.txt" | cut -c1-300
+fi
 # the rounds last, in whatever is left of a 600 s call (session 57's rounds were measured with the same round code)
 left=$((560 - SECONDS))
 if [ "$left" -gt 120 ]; then scale scale "$left" --methods ar chain weaver --budgets 64; fi
