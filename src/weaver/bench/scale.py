@@ -267,11 +267,7 @@ def device_name(device: torch.device) -> str:
 
 def one_row_route(llm) -> str | None:  # llm: weaver.LLM (imported lazily, as in `build`)
     """How a one-row projection of a large weight runs on CUDA (RuntimeOptions.gemv): "blas" / "triton" / "tma"."""
-    if llm.model.device.type != "cuda":
-        return None
-    if gemv.takes_blas(llm.options, llm.model.device):
-        return "blas"
-    return "tma" if llm.options.gemv == "tma" else "triton"
+    return gemv.route(llm.options, llm.model.device) if llm.model.device.type == "cuda" else None
 
 
 def blas_name(device: torch.device) -> str | None:

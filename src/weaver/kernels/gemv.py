@@ -32,7 +32,7 @@ from weaver.options import RuntimeOptions
 
 __all__ = [
     "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "RowNorm", "gemv_op", "linear",
-    "long_row_tiles", "norm_in_projection", "project", "takes_blas",
+    "long_row_tiles", "norm_in_projection", "project", "route", "takes_blas",
 ]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
@@ -123,6 +123,13 @@ def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
     return device.type == "cuda" and _blas_gpu(device)
 
 
+def route(options: RuntimeOptions, device: torch.device) -> str:
+    """Which path one row of a large weight takes on `device`: "blas" (`takes_blas`), "tma" or "triton"."""
+    if takes_blas(options, device):
+        return "blas"
+    return "tma" if options.gemv == "tma" else "triton"
+
+
 def linear(
     x: torch.Tensor,  # [..., K]
     weight: torch.Tensor,  # [N, K]
@@ -137,8 +144,9 @@ def linear(
     `takes_blas`), else F.linear."""
     min_bytes = GEMV_MIN_BYTES if min_bytes is None else min_bytes
     kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
-    if kernel and not takes_blas(options, x.device):
-        tma = options.gemv == "tma"
+    path = route(options, x.device) if kernel else "blas"
+    if path != "blas":
+        tma = path == "tma"
         inside = norm is not None and tma and norm.offset  # gemv_tma's norm is Qwen3.5's offset form
         rows = (x if inside or norm is None else norm(x)).reshape(1, -1)
         res = residual.reshape(1, -1) if residual is not None and tma else None
