@@ -46,18 +46,16 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
         if gemv.norm_in_projection(step.options):  # the projections take the norms and residual adds around them
-            if self.kind == "linear_attention":
-                x = self.linear_attn(x, cache, step, self.input_layernorm, residual=x)
-            else:
-                x = self.self_attn(x, cache, step, rope, self.input_layernorm, residual=x)
+            x = self._mix(x, cache, step, rope, self.input_layernorm, residual=x)
             return self.mlp(x, step.options, self.post_attention_layernorm, residual=x)
-        h = self.input_layernorm(x)
-        if self.kind == "linear_attention":
-            h = self.linear_attn(h, cache, step)
-        else:
-            h = self.self_attn(h, cache, step, rope)
-        x = x + h
+        x = x + self._mix(self.input_layernorm(x), cache, step, rope)
         return x + self.mlp(self.post_attention_layernorm(x), step.options)
+
+    def _mix(self, x, cache, step: StepInputs, rope, norm=None, residual=None) -> torch.Tensor:
+        """The layer's token mixer (GDN or attention) on x, with the norm and residual it may take inside."""
+        if self.kind == "linear_attention":
+            return self.linear_attn(x, cache, step, norm, residual)
+        return self.self_attn(x, cache, step, rope, norm, residual)
 
 
 class DecoderBody(nn.Module):
