@@ -28,16 +28,22 @@ def _weights(n: int, k: int, seed: int = 0):
     return x, w
 
 
+def _reference(x: torch.Tensor, w: torch.Tensor, swiglu: bool) -> torch.Tensor:
+    """F.linear(x, w), or silu(gate) * up of its [gate; up] halves, in x's dtype."""
+    y = F.linear(x, w)
+    if not swiglu:
+        return y
+    gate, up = y.chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 @pytest.mark.parametrize("route", ["triton", "tma"])
 @pytest.mark.parametrize("swiglu", [False, True])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_gemv_linear_matches_f_linear(shape, swiglu, route):
     x, w = _weights(*shape)
     got = gemv.linear(x, w, TRITON.replace(gemv=route), swiglu=swiglu, min_bytes=0)
-    want = F.linear(x.float(), w.float())
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
+    want = _reference(x.float(), w.float(), swiglu)
     assert got.shape == want.shape and got.dtype == torch.bfloat16
     assert_close("gemv", want, got, 2e-2)
 
@@ -65,11 +71,7 @@ def test_gemv_linear_keeps_f_linear_outside_its_range(case, monkeypatch):
 
     monkeypatch.setattr(gemv, "launch", no_kernel)
     got = gemv.linear(x, w, options, swiglu=swiglu, min_bytes=min_bytes)
-    want = F.linear(x, w)
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
-    assert torch.equal(got, want)
+    assert torch.equal(got, _reference(x, w, swiglu))
 
 
 def test_gemv_linear_takes_the_long_row_kernel_past_the_tile(monkeypatch):
@@ -138,8 +140,7 @@ def test_gemv_linear_projects_the_norm_of_x_plus_a_residual(route, swiglu):
     with torch.no_grad():
         normed = norm(x)
         if route == "tma":
-            want = F.linear(normed.float(), w.float())
-            want = F.silu(want.chunk(2, -1)[0]) * want.chunk(2, -1)[1] if swiglu else want
+            want = _reference(normed.float(), w.float(), swiglu)
             assert_close("linear(norm=, residual=), tma", want + residual.float(), got, 2e-2)
         else:
             assert torch.equal(got, gemv.linear(normed, w, options, swiglu=swiglu, min_bytes=0) + residual)
@@ -184,10 +185,7 @@ def test_gemv_tma_matches_f_linear(shape, tiles, swiglu):
     n, k = shape
     x, w = _weights(2 * n if swiglu else n, k, seed=n + k)
     got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles)
-    want = F.linear(x.view(1, -1).float(), w.float())
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
+    want = _reference(x.view(1, -1).float(), w.float(), swiglu)
     assert got.shape == want.shape and got.dtype == torch.bfloat16
     assert_close("gemv_tma", want, got, 2e-2)
 
@@ -206,10 +204,7 @@ def test_gemv_tma_with_a_norm_and_a_residual_matches_the_model_norm_then_f_linea
     got = gemv_tma(x.view(1, -1), w, swiglu=swiglu, tiles=tiles, norm_weight=norm.weight, eps=norm.eps,
                    residual=residual)  # fmt: skip
     with torch.no_grad():
-        want = F.linear(norm(x.view(1, -1)).float(), w.float())
-    if swiglu:
-        gate, up = want.chunk(2, dim=-1)
-        want = F.silu(gate) * up
+        want = _reference(norm(x.view(1, -1)).float(), w.float(), swiglu)
     assert_close("gemv_tma + norm + residual", want + residual.float(), got, 2e-2)
 
 
@@ -261,6 +256,8 @@ def test_takes_blas_follows_the_option_then_the_gpu(choice, name, blas, monkeypa
     try:
         assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) is blas
         assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cpu")) is (choice == "blas")
+        kernel = "tma" if choice == "tma" else "triton"
+        assert gemv.route(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) == ("blas" if blas else kernel)
     finally:
         gemv._BLAS_GPU.clear()
 
