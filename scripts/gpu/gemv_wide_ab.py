@@ -136,6 +136,12 @@ def swiglu_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     print(f"mlp.gate_up + SwiGLU, us per call: {'; '.join(rows)}; rel err {err:.1e}", flush=True)
 
 
+def weight_copies(n: int, k: int, dev: torch.device, gen: torch.Generator) -> list[torch.Tensor]:
+    """Random [n, k] bf16 weights, enough copies (>= 400 MB) that a timed list of calls reads HBM, not L2."""
+    copies = max(1, -(-400 * 2**20 // (n * k * 2)))
+    return [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
+
+
 def tma_calls(x: torch.Tensor, ws: list, swiglu: bool, tiles: TmaTiles, norm_weight: torch.Tensor | None) -> None:
     for w in ws:
         gemv_tma(x, w, swiglu, tiles, norm_weight)
@@ -146,8 +152,8 @@ def tma_norm_ab(reps: int, dev: torch.device, gen: torch.Generator) -> None:
     shapes a norm precedes; the SwiGLU epilogue on gate_up as the model would run it."""
     for name, swiglu in (("gdn.in_proj_qkvz", False), ("attn.qkv (gated q)", False), ("mlp.gate_up", True)):
         n, k = SHAPES[name]
-        copies = max(1, -(-400 * 2**20 // (n * k * 2)))
-        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
+        ws = weight_copies(n, k, dev, gen)
+        copies = len(ws)
         x = torch.randn(1, k, device=dev, dtype=torch.bfloat16, generator=gen)
         g = torch.randn(k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.1
         rows = []
@@ -212,8 +218,8 @@ def main() -> None:
     print(f"rows {args.rows}; shape      [  out x    in]  copies | cuBLAS us (TB/s) | best configs {tiles}")
     for name in args.shapes:
         n, k = SHAPES[name]
-        copies = max(1, -(-400 * 2**20 // (n * k * 2)))
-        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.02 for _ in range(copies)]
+        ws = weight_copies(n, k, dev, gen)
+        copies = len(ws)
         x = torch.randn(args.rows, k, device=dev, dtype=torch.bfloat16, generator=gen)
         calls = [(x, w, torch.empty(args.rows, n, device=dev, dtype=torch.bfloat16)) for w in ws]
         mb = n * k * 2 / 1e6

@@ -7,15 +7,13 @@
 #   here:    bash scripts/gpu/travel.sh results     (then `full` once the call is back; commit named paths only)
 #   device:  source scripts/gpu/setup.sh; bash scripts/gpu/next_call.sh      (carry .whl)
 OUT=${OUT:-/tmp/next_out}
-mkdir -p "$OUT"
+source scripts/gpu/common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
 if grep -q H200 "$OUT/gpu.txt"; then
   OUT=$OUT bash scripts/gpu/owed_27b.sh
   exit 0
 fi
-timeout 90 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider tests/kernels/test_gemv_dispatch.py \
-  -k tma > "$OUT/tma_tests.txt" 2>&1
-tail -n 2 "$OUT/tma_tests.txt"
+tma_tests 90
 OUT=$OUT bash scripts/gpu/prefetch_ab.sh
 left=$((560 - SECONDS))
 if [ "$left" -gt 60 ]; then

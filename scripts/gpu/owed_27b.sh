@@ -37,9 +37,7 @@ scale() {  # scale NAME TIMEOUT ARGS...: one `weaver bench scale` run, its log i
 scale ar_auto "${OWED_AR_S:-170}" --methods ar
 scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
 # gemv_tma compiled against F.linear (27B shapes, SwiGLU too): its AR step is timed only if they pass
-timeout 120 python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider tests/kernels/test_gemv_dispatch.py \
-  -k "tma" > "$OUT/tma_tests.txt" 2>&1
-tma_ok=$?; tail -n 2 "$OUT/tma_tests.txt"
+tma_tests 120; tma_ok=$?
 [ "$tma_ok" = 0 ] && scale ar_tma "${OWED_AR_S:-170}" --methods ar --gemv tma
 # what gemv_tma's in-kernel norm costs it (~30 s), then the GEMV kernels without register-held tiles, per shape
 # against cuBLAS (exact-cover long tiles, gemv_tma's tilings; a line a shape), bounded by the call's time left
