@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The next device call, whichever card comes (sessions 55-58 got one machine in ~40 calls, so each call must be
 # worth its start): on an H200, issue 19's owed figures (`owed_27b.sh`: the AR step on BLAS / the Triton GEMV /
-# gemv_tma, the one-row GEMV sweep, the rounds); on an H100, gemv_tma's compiled tests, the GDN prep prefetch A/B
+# gemv_tma, the one-row GEMV sweep, the rounds); on an H100, gemv_tma's compiled tests and the 27B AR step on
+# --gemv triton against --gemv tma; then (NEXT_PART=2, the next call on the warm H100) the GDN prep prefetch A/B
 # owed since session 56 (`prefetch_ab.sh`) and, in the time left, greedy = ar through captured rounds on CUDA
 # (fp32 tiny llama / hybrid, the oracle drafter: issue 19's GPU equality point). Every file lands under $OUT.
 #   here:    bash scripts/gpu/travel.sh results     (then `full` once the call is back; commit named paths only)
 #   device:  source scripts/gpu/setup.sh; bash scripts/gpu/next_call.sh      (carry .whl)
+#   then, on a warm H100: source scripts/gpu/setup.sh; NEXT_PART=2 bash scripts/gpu/next_call.sh
 OUT=${OUT:-/tmp/next_out}
 source scripts/gpu/common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -13,7 +15,14 @@ if grep -q H200 "$OUT/gpu.txt"; then
   OUT=$OUT bash scripts/gpu/owed_27b.sh
   exit 0
 fi
-tma_tests 90
+# the TMA A/B on this card too (gemv="auto" takes the Triton GEMV on an H100): its compiled tests, then the AR step
+# at 27B on --gemv triton and --gemv tma, one process a side; if the tests fail, part 2 runs at once
+if [ "${NEXT_PART:-1}" = 1 ] && tma_tests 90; then
+  scale ar_triton 170 --methods ar --gemv triton
+  scale ar_tma 170 --methods ar --gemv tma
+  exit 0
+fi
+# part 2 (NEXT_PART=2, the next call on the warm H100): the GDN prep prefetch A/B, then greedy = ar on CUDA
 OUT=$OUT bash scripts/gpu/prefetch_ab.sh
 left=$((560 - SECONDS))
 if [ "$left" -gt 60 ]; then

@@ -27,13 +27,6 @@ if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: these figures are the H200's"
   exit 0
 fi
-scale() {  # scale NAME TIMEOUT ARGS...: one `weaver bench scale` run, its log in $OUT/NAME.txt, the rows echoed
-  local name=$1 limit=$2; shift 2
-  timeout "$limit" python3 -m weaver.cli bench scale --model qwen3.6-27b-shape --device cuda --dtype bf16 \
-    --verify-nodes --prefill --out "$OUT/$name" "$@" 2>&1 | filter > "$OUT/$name.txt"
-  echo "## $name: $*"; grep -E "^copy|^(ar|chain|weaver) " "$OUT/$name.txt" | cut -c1-400
-  grep -o -m 1 "One row of a large weight: [a-z]*" "$OUT/$name.txt"
-}
 scale ar_auto "${OWED_AR_S:-170}" --methods ar
 scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
 # gemv_tma compiled against F.linear (27B shapes, SwiGLU too): its AR step is timed only if they pass
