@@ -9,9 +9,19 @@
 #   device:  source scripts/gpu/setup.sh; bash scripts/gpu/next_call.sh      (carry .whl)
 #   then, on the warm machine: source scripts/gpu/setup.sh; NEXT_PART=2 bash scripts/gpu/next_call.sh
 #   (an H200: the draft with a 32k token map; an H100: the prefetch A/B; then greedy = ar on CUDA, either card)
+#   on a budget too low for a whole call: NEXT_PART=short (gemv_tma's tests and tilings against cuBLAS, ~210 s)
 OUT=${OUT:-/tmp/next_out}
 source scripts/gpu/common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "${NEXT_PART:-1}" = short ]; then
+  # a call on a budget too low for either branch (~330 s: a start and ~200 s of command): gemv_tma's compiled tests,
+  # then its tilings against cuBLAS at the three largest one-row shapes (~70% of the AR step's bytes)
+  tma_tests 60
+  timeout 150 python3 scripts/gpu/gemv_wide_ab.py --kinds tma --shapes mlp.gate_up mlp.down gdn.in_proj_qkvz 2>&1 \
+    | filter > "$OUT/gemv_tma_short.txt"
+  grep -E "best/cuBLAS" "$OUT/gemv_tma_short.txt" | cut -c1-300
+  exit 0
+fi
 if grep -q H200 "$OUT/gpu.txt" && [ "${NEXT_PART:-1}" = 1 ]; then
   OUT=$OUT bash scripts/gpu/owed_27b.sh
   exit 0
