@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next device call, whichever card comes (sessions 55-58 got one machine in ~40 calls, so each call must be
+# The next device call, whichever card comes (sessions 55-59 got one machine in ~56 calls, so each call must be
 # worth its start): on an H200, issue 19's owed figures (`owed_27b.sh`: the AR step on BLAS / the Triton GEMV /
 # gemv_tma, the one-row GEMV sweep, the rounds); on an H100, gemv_tma's compiled tests and the 27B AR step on
 # --gemv triton against --gemv tma; then (NEXT_PART=2, the next call on the warm H100) the GDN prep prefetch A/B
