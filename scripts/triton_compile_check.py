@@ -204,14 +204,14 @@ def check_gemv_tma() -> list[str]:
             args = {"w_desc": f"tensordesc<bf16[{bn}, {bk}]>", "w_ptr": "*bf16", "x_ptr": "*bf16", "norm_ptr": "*bf16",
                     "res_ptr": "*bf16", "out_ptr": "*bf16", "N_OUT": "i32", "K": "i32", "UP_ROW": "i32",
                     "eps": "fp32"}  # fmt: skip
-            lines = triton.next_power_of_2(triton.cdiv(min(k, stages * bk), 64))
+            k_lines = triton.next_power_of_2(triton.cdiv(min(k, stages * bk), 64))
             const = dict(BLOCK_N=bn, BLOCK_K=bk, STAGES=stages, SWIGLU=swiglu, NORM=norm,
-                         RESIDUAL=name.endswith("+res"), K_LINES=lines)  # fmt: skip
+                         RESIDUAL=name.endswith("+res"), K_LINES=k_lines)  # fmt: skip
             kern = compile_kernel(tma._gemv_tma_kernel, args, const, warps, stages, divisible=("K",))
             ptx = kern.asm["ptx"]
-            lines = ptx.splitlines()
-            first = next(i for i, line in enumerate(lines) if "cp.async.bulk.tensor" in line)
-            wait = next(i for i, line in enumerate(lines) if "griddepcontrol.wait" in line)
+            ptx_lines = ptx.splitlines()
+            first = next(i for i, line in enumerate(ptx_lines) if "cp.async.bulk.tensor" in line)
+            wait = next(i for i, line in enumerate(ptx_lines) if "griddepcontrol.wait" in line)
             copies = (f"TMA copies={ptx.count('cp.async.bulk.tensor')} mbarrier ops={ptx.count('mbarrier.')} "
                       f"first copy {first - wait} PTX lines after the PDL wait")  # fmt: skip
             out.append(report(f"27b gemv_tma {name}{'+norm' if norm else ''} {(bn, bk, stages, warps)} {copies}", kern))
