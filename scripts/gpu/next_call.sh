@@ -13,7 +13,9 @@
 OUT=${OUT:-/tmp/next_out}
 source scripts/gpu/common.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
-if [ "${NEXT_PART:-1}" = short ]; then
+part=${NEXT_PART:-1}
+card=H100; grep -q H200 "$OUT/gpu.txt" && card=H200
+if [ "$part" = short ]; then
   # a call on a budget too low for either branch (~330 s: a start and ~200 s of command): gemv_tma's compiled tests,
   # then its tilings against cuBLAS at the three largest one-row shapes (~70% of the AR step's bytes)
   tma_tests 60
@@ -22,15 +24,15 @@ if [ "${NEXT_PART:-1}" = short ]; then
   grep -E "best/cuBLAS" "$OUT/gemv_tma_short.txt" | cut -c1-300
   exit 0
 fi
-if grep -q H200 "$OUT/gpu.txt" && [ "${NEXT_PART:-1}" = 1 ]; then
+if [ "$card" = H200 ] && [ "$part" = 1 ]; then
   OUT=$OUT bash scripts/gpu/owed_27b.sh
   exit 0
 fi
-if grep -q H200 "$OUT/gpu.txt"; then
+if [ "$card" = H200 ]; then
   # part 2 on a warm H200: the draft with a 32k token map (issue 19's draft <= 1.7 ms was missed at 1.72-1.75 with
   # the whole head), then greedy = ar on CUDA below
   scale draft_map 250 --methods chain weaver --budgets 64 --draft-vocab first:32768
-elif [ "${NEXT_PART:-1}" = 1 ] && tma_tests 90; then
+elif [ "$part" = 1 ] && tma_tests 90; then
   # an H100, part 1: the TMA A/B on this card too (gemv="auto" takes the Triton GEMV on an H100): its compiled
   # tests, then the AR step at 27B on --gemv triton and --gemv tma, one process a side
   scale ar_triton 170 --methods ar --gemv triton
