@@ -72,9 +72,9 @@ class RuntimeOptions:
     # (cuBLAS) below
     blas: Literal["auto", "cublas", "cublaslt"] = "auto"
     # one input row of a large 16-bit weight (a 27B target's AR step; `weaver.kernels.gemv`): weaver's Triton GEMV,
-    # its TMA variant (Hopper; `kernels.triton.gemv_tma`, which also takes the layer norms and residual adds; not
-    # yet timed in a step), torch's BLAS (F.linear), or auto: the one measured faster on this GPU
-    # (`gemv.GEMV_BLAS_GPUS`: BLAS on an H200, the Triton GEMV elsewhere)
+    # its TMA variant (Hopper; `kernels.triton.gemv_tma`, which also takes the layer norms and residual adds),
+    # torch's BLAS (F.linear), or auto: the one measured faster on this GPU (`gemv.GEMV_BLAS_GPUS`: BLAS on an
+    # H200; `gemv.GEMV_TMA_GPUS`: the TMA variant on an H100; the Triton GEMV elsewhere)
     gemv: Literal["auto", "triton", "tma", "blas"] = "auto"
 
     def __post_init__(self) -> None:

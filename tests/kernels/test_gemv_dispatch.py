@@ -164,9 +164,9 @@ def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
     logits = {}
     for route in ("triton", "tma"):
         llm = weaver.LLM.from_config("tiny-qwen3_5", seed=3, dtype="bf16", options=TRITON.replace(gemv=route))
-        cache = llm.model.allocate_cache(1, 16)
-        llm.model(torch.tensor([[5, 17, 42]]), cache)
-        logits[route] = llm.model(torch.tensor([[8]]), cache).logits.float()
+        cache, device = llm.model.allocate_cache(1, 16), llm.model.model.embed_tokens.weight.device  # cuda on a GPU
+        llm.model(torch.tensor([[5, 17, 42]], device=device), cache)
+        logits[route] = llm.model(torch.tensor([[8]], device=device), cache).logits.float()
     layers = llm.model.config.num_hidden_layers
     assert normed_calls.count((True, False)) == 2 * layers  # each layer's mixer in-projection and gate_up: the norm
     assert normed_calls.count((False, True)) == 2 * layers  # each layer's out_proj / o_proj and down: the add
@@ -244,28 +244,32 @@ def test_gemv_op_passes_opcheck(shape):
 
 
 @pytest.mark.parametrize(
-    ("choice", "name", "blas"),
-    [("auto", "NVIDIA H200", True), ("auto", "NVIDIA H100 80GB HBM3", False), ("triton", "NVIDIA H200", False),
-     ("blas", "NVIDIA H100 80GB HBM3", True), ("tma", "NVIDIA H200", False)],
+    ("choice", "name", "path"),
+    [("auto", "NVIDIA H200", "blas"), ("auto", "NVIDIA H100 80GB HBM3", "tma"), ("auto", "NVIDIA A100-SXM4-80GB",
+     "triton"), ("triton", "NVIDIA H200", "triton"), ("blas", "NVIDIA H100 80GB HBM3", "blas"),
+     ("tma", "NVIDIA H200", "tma")],
 )  # fmt: skip
-def test_takes_blas_follows_the_option_then_the_gpu(choice, name, blas, monkeypatch):
+def test_route_follows_the_option_then_the_gpu(choice, name, path, monkeypatch):
     """RuntimeOptions.gemv names the route; auto asks the GPU's name (BLAS where GEMV_BLAS_GPUS says it reads
-    faster); a CPU tensor never takes BLAS under auto."""
-    gemv._BLAS_GPU.clear()
+    faster, gemv_tma where GEMV_TMA_GPUS says it does, else the Triton GEMV); under auto a CPU tensor takes neither
+    BLAS nor the layers with their norms inside the projections."""
+    gemv._AUTO_ROUTE.clear()
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    cuda, cpu = torch.device("cuda", 0), torch.device("cpu")
     try:
-        assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) is blas
-        assert gemv.takes_blas(RuntimeOptions(gemv=choice), torch.device("cpu")) is (choice == "blas")
-        kernel = "tma" if choice == "tma" else "triton"
-        assert gemv.route(RuntimeOptions(gemv=choice), torch.device("cuda", 0)) == ("blas" if blas else kernel)
+        assert gemv.route(RuntimeOptions(gemv=choice), cuda) == path
+        assert gemv.takes_blas(RuntimeOptions(gemv=choice), cuda) is (path == "blas")
+        assert gemv.takes_blas(RuntimeOptions(gemv=choice), cpu) is (choice == "blas")
+        assert gemv.norm_in_projection(RuntimeOptions(gemv=choice), cuda) is (path == "tma")
+        assert gemv.norm_in_projection(RuntimeOptions(gemv=choice), cpu) is (choice == "tma")
     finally:
-        gemv._BLAS_GPU.clear()
+        gemv._AUTO_ROUTE.clear()
 
 
-def test_takes_blas_is_decided_outside_a_compiled_graph(monkeypatch):
+def test_the_route_is_decided_outside_a_compiled_graph(monkeypatch):
     """A compiled step asks the GPU's name at trace time, eagerly (`assume_constant_result`): a name lookup dynamo
     could not trace (here: a graph break) neither breaks a fullgraph compile nor lands in the graph."""
-    gemv._BLAS_GPU.clear()
+    gemv._AUTO_ROUTE.clear()
 
     def name(device=None):
         torch._dynamo.graph_break()
@@ -273,8 +277,8 @@ def test_takes_blas_is_decided_outside_a_compiled_graph(monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "get_device_name", name)
     try:
-        step = torch.compile(lambda x: x * 2 if gemv.takes_blas(RuntimeOptions(), torch.device("cuda", 0)) else x,
+        step = torch.compile(lambda x: x * 2 if gemv.route(RuntimeOptions(), torch.device("cuda", 0)) == "blas" else x,
                              fullgraph=True, backend="eager")  # fmt: skip
         assert torch.equal(step(torch.ones(3)), torch.full((3,), 2.0))
     finally:
-        gemv._BLAS_GPU.clear()
+        gemv._AUTO_ROUTE.clear()

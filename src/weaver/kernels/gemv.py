@@ -16,8 +16,9 @@ torch.compile the kernel is the custom op `weaver::gemv`; this module imports wi
 On an H200 cuBLAS reads every one of those shapes faster than the best swept GEMV tile configuration (1.03-1.21x,
 kernels/h200_session57_gemv), so there `RuntimeOptions.gemv="auto"` keeps F.linear (`GEMV_BLAS_GPUS`).
 `gemv="tma"` takes `gemv_tma` instead of the register-tiled kernels: the weight through TMA tiles in shared memory
-(Hopper; not yet timed in a step), which also takes the decoder layers' norms and residual adds around it
-(`norm_in_projection`, `linear(norm=, residual=)`).
+(Hopper), which also takes the decoder layers' norms and residual adds around it (`norm_in_projection`,
+`linear(norm=, residual=)`). On an H100 that makes the 27B AR step 1.1% faster than the Triton GEMV (18.44 against
+18.65 ms, scale/h100_session60), so there "auto" takes it (`GEMV_TMA_GPUS`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from weaver.kernels.dispatch import launch, use_kernel
 from weaver.options import RuntimeOptions
 
 __all__ = [
-    "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "RowNorm", "gemv_op", "linear",
-    "long_row_tiles", "norm_in_projection", "project", "route", "takes_blas",
+    "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "GEMV_TMA_GPUS", "RowNorm",
+    "gemv_op", "linear", "long_row_tiles", "norm_in_projection", "project", "route", "takes_blas",
 ]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
@@ -42,6 +43,9 @@ GEMV_TILE_K = 8192  # gemv_tiles' full tile
 # GPU name fragments where torch's BLAS reads one row faster than the Triton GEMV at every 27B shape:
 # H200 (cuBLAS 18.5-615.9 us against 19.1-637.1 for the best tiles, kernels/h200_session57_gemv)
 GEMV_BLAS_GPUS = ("H200",)
+# GPU name fragments where gemv_tma (its norms and adds inside) makes the 27B AR step fastest: H100 (18.44 ms
+# against 18.65 on the Triton GEMV and 19.29 on cuBLAS, three / two / one runs, scale/h100_session60)
+GEMV_TMA_GPUS = ("H100",)
 
 
 def long_row_tiles(k: int, block_k: int = GEMV_TILE_K, min_piece: int = 64) -> tuple[int, tuple[int, ...]] | None:
@@ -104,30 +108,31 @@ def _takes_gemv(x: torch.Tensor, weight: torch.Tensor, min_bytes: int, swiglu: b
     )
 
 
-_BLAS_GPU: dict[torch.device, bool] = {}  # `_blas_gpu`'s answers, one a device
+_AUTO_ROUTE: dict[torch.device, str] = {}  # `_auto_route`'s answers, one a device
 
 
 @torch.compiler.assume_constant_result  # a compiled step asks at trace time, eagerly: never part of a graph
-def _blas_gpu(device: torch.device) -> bool:
-    """Whether CUDA `device` (index None: the current one) is one of GEMV_BLAS_GPUS (asked once a device)."""
-    if device not in _BLAS_GPU:
+def _auto_route(device: torch.device) -> str:
+    """gemv="auto"'s path on CUDA `device` (index None: the current one), by its name: "blas" on GEMV_BLAS_GPUS,
+    "tma" on GEMV_TMA_GPUS, else "triton" (asked once a device)."""
+    if device not in _AUTO_ROUTE:
         name = torch.cuda.get_device_name(device)
-        _BLAS_GPU[device] = any(fragment in name for fragment in GEMV_BLAS_GPUS)
-    return _BLAS_GPU[device]
-
-
-def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
-    """Whether one row of a large weight goes to torch's BLAS: options.gemv, auto by the GPU (GEMV_BLAS_GPUS)."""
-    if options.gemv != "auto":
-        return options.gemv == "blas"
-    return device.type == "cuda" and _blas_gpu(device)
+        blas, tma = (any(fragment in name for fragment in gpus) for gpus in (GEMV_BLAS_GPUS, GEMV_TMA_GPUS))
+        _AUTO_ROUTE[device] = "blas" if blas else "tma" if tma else "triton"
+    return _AUTO_ROUTE[device]
 
 
 def route(options: RuntimeOptions, device: torch.device) -> str:
-    """Which path one row of a large weight takes on `device`: "blas" (`takes_blas`), "tma" or "triton"."""
-    if takes_blas(options, device):
-        return "blas"
-    return "tma" if options.gemv == "tma" else "triton"
+    """Which path one row of a large weight takes on `device`: "blas", "tma" or "triton" (options.gemv; auto: by
+    the GPU, `_auto_route`; a CPU tensor under auto takes no GPU route: "triton", which `use_kernel` then keeps off)."""
+    if options.gemv != "auto":
+        return options.gemv
+    return _auto_route(device) if device.type == "cuda" else "triton"
+
+
+def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
+    """Whether one row of a large weight goes to torch's BLAS on `device` (`route`)."""
+    return route(options, device) == "blas"
 
 
 def linear(
@@ -161,11 +166,11 @@ def linear(
     return y if residual is None else y + residual
 
 
-def norm_in_projection(options: RuntimeOptions) -> bool:
-    """Whether a decoder layer hands its norms to the projections after them (`linear(norm=)`) and its residual
-    adds to the projections before them (`residual=`): on the TMA route, where a one-row GEMV takes both inside
-    (the step then has no norm or add kernels of its own)."""
-    return options.gemv == "tma"
+def norm_in_projection(options: RuntimeOptions, device: torch.device) -> bool:
+    """Whether a decoder layer on `device` hands its norms to the projections after them (`linear(norm=)`) and its
+    residual adds to the projections before them (`residual=`): on the TMA route, where a one-row GEMV takes both
+    inside (the step then has no norm or add kernels of its own)."""
+    return route(options, device) == "tma"
 
 
 def project(

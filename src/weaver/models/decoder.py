@@ -45,7 +45,7 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, offset=cfg.norm_offset)
 
     def forward(self, x, cache, step: StepInputs, rope) -> torch.Tensor:
-        if gemv.norm_in_projection(step.options):  # the projections take the norms and residual adds around them
+        if gemv.norm_in_projection(step.options, x.device):  # the projections take the norms and residual adds
             x = self._mix(x, cache, step, rope, self.input_layernorm, residual=x)
             return self.mlp(x, step.options, self.post_attention_layernorm, residual=x)
         x = x + self._mix(self.input_layernorm(x), cache, step, rope)
