@@ -8,7 +8,6 @@
     ... --verify --T       # the tree verify's RoPE table, RoPE + K/V write, attention with RoPE inside
     ... --gemm-rows --T    # the verify's 16-row GEMMs: registers, spills, static SASS instruction counts
     ... --T 65 --dtype bf16 --bench-call   # also the prep as `weaver bench kernels` launches it
-    ... --T 65 --dtype bf16 --prefetch     # also the prep with its L2 prefetch (GDNTreeConfig.prefetch)
     ... --commit --T       # the stacked GDN commit fold's state tiles (BK x BV, warps)
     ... --gemv-27b --T     # the 27B AR step's one-row GEMVs, with an RMSNorm prologue or not
     ... --gemv-tma --T     # the TMA GEMV at the 27B shapes: registers, shared memory, TMA copies a program
@@ -92,8 +91,7 @@ def check_gdn_tree(T: int, dtype: str, cfg: gt.GDNTreeConfig, model_call: bool =
                      scale="fp32", T="i32", W0="i32",
                      **{n: "i32" for n in ("sqb", "sqt", "svb", "svt", "sgb", "sgt", "sbb", "sbt")})  # fmt: skip
     prep_const = dict(common, BK=next_pow2(K), BVP=cfg.BVP, TP=TP, TA=next_pow2(T), LOG2BT=cfg.BT.bit_length() - 1,
-                      L2NORM=model_call, LOWP=dtype == "bf16", RAW=model_call, LEAD=lead,
-                      PREFETCH=cfg.prefetch)  # fmt: skip
+                      L2NORM=model_call, LOWP=dtype == "bf16", RAW=model_call, LEAD=lead)  # fmt: skip
     preps = []  # one kernel for every item kind, or (split_prep) one per kind
     kinds = ((1, "prep diagonal"), (2, "prep pair"), (3, "prep state")) if cfg.split_prep else ((0, "prep"),)
     for items, name in kinds:
@@ -438,7 +436,6 @@ def main() -> None:
     parser.add_argument("--BVP", type=int, nargs="+", default=[], help="state item widths to try")
     parser.add_argument("--BT", type=int, nargs="+", default=[])
     parser.add_argument("--split-prep", action="store_true", help="also one prep kernel per item kind")
-    parser.add_argument("--prefetch", action="store_true", help="also the prep with its L2 prefetch")
     parser.add_argument("--left-solve", action="store_true", help="also the left-looking solve")
     parser.add_argument("--topk", action="store_true", help="also the tree builders' top-k kernel")
     parser.add_argument("--node-attention", action="store_true", help="also the Weaver step's attention kernel")
@@ -477,7 +474,6 @@ def main() -> None:
             cfgs += [base._replace(BVP=b) for b in args.BVP]
             cfgs += [base._replace(BT=bt) for bt in args.BT]
             cfgs += [base._replace(split_prep=True)] if args.split_prep else []
-            cfgs += [base._replace(prefetch=True)] if args.prefetch else []
             cfgs += [base._replace(solve_order="left", lead=False)] + [
                 base._replace(solve_order="left", lead=False, BV=bv) for bv in args.BV] if args.left_solve else []
             cfgs += [base._replace(lead=False)] if base.lead else []  # the tiled root beside the lead row

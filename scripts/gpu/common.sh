@@ -3,13 +3,6 @@
 set -uo pipefail
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-# tma_tests [SECONDS]: gemv_tma compiled against F.linear (tests/kernels/test_gemv_dispatch.py -k tma), the log in
-# $OUT/tma_tests.txt and its last lines echoed; the status is pytest's
-tma_tests() {
-  timeout "${1:-120}" python3 -m pytest --triton-full -q -rf --tb=short -p no:cacheprovider \
-    tests/kernels/test_gemv_dispatch.py -k tma > "$OUT/tma_tests.txt" 2>&1
-  local status=$?; tail -n 2 "$OUT/tma_tests.txt"; return $status
-}
 filter() { grep --line-buffered -v "Loading weights\|TensorFloat32\|warnings.warn\|USDT\|_warn_once\|Profiler clears\|Dynamo detected\|originates\|UserWarning\|^  File \|return _triton\|builders/weaver.py\|for _ in range\|warn_once\|rounds = \|Online softmax\|split the reduction\|important use case\|softmax\.$\|^$"; }
 # profile NAME [VAR=value ...]: round_profile.py (--specs $PROFILE_SPECS, default ar chain:16 weaver:64) in an
 # environment with the given settings, its log in $OUT/profile_NAME.txt; the stage rows echoed.

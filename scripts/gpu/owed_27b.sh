@@ -4,10 +4,10 @@
 # the rounds and showed cuBLAS reading every one-row 27B shape faster than weaver's GEMV there
 # (kernels/h200_session57_gemv), so RuntimeOptions.gemv="auto" now takes BLAS on an H200. Only the AR step has
 # one-row projections (a round's verify, draft and commit have 16-65 rows), so the A/B is the AR step's:
-#   0. nothing on another GPU (an H100 has its figures: scale/h100_session56);
-#   1. gemv_tma's compiled tests, then ar_auto: `weaver bench scale --methods ar` with the defaults (auto: blas on
-#      an H200);
-#   2. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA), if its tests passed;
+#   0. nothing on another GPU (an H100 has its figures: scale/h100_session56, h100_session60);
+#   1. ar_auto: `weaver bench scale --methods ar` with the defaults (auto: blas on an H200);
+#   2. ar_tma: the same with --gemv tma (session 58's gemv_tma: weight tiles through TMA; auto's route on an H100
+#      since session 60, 1.1% faster than the Triton GEMV there);
 #   3. ar_triton: the same with --gemv triton (the route of session 57's call), one process a side;
 #   4. `gemv_wide_ab.py --norm`: what gemv_tma's in-kernel RMSNorm costs it; then `--kinds exact tma`: exact-cover
 #      long tiles and gemv_tma's tilings against cuBLAS at every one-row shape;
@@ -27,15 +27,14 @@ if ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   echo "not an H200: these figures are the H200's"
   exit 0
 fi
-# gemv_tma compiled against F.linear (27B shapes, SwiGLU too) first: its AR step is timed only if they pass, right
-# after the default's, so that a call cut short (a late start on a low budget) still has the A/B the call is for
-tma_tests 90; tma_ok=$?
+# gemv_tma's compiled tests passed on an H100 (sm_90, the H200's arch: scale/h100_session60/tma_tests.txt); its AR
+# step right after the default's, so that a call cut short (a late start on a low budget) still has the A/B
 scale ar_auto "${OWED_AR_S:-170}" --methods ar
-[ "$tma_ok" = 0 ] && scale ar_tma "${OWED_AR_S:-170}" --methods ar --gemv tma
+scale ar_tma "${OWED_AR_S:-170}" --methods ar --gemv tma
 scale ar_triton "${OWED_AR_S:-170}" --methods ar --gemv triton
 # what gemv_tma's in-kernel norm costs it (~30 s), then the GEMV kernels without register-held tiles, per shape
 # against cuBLAS (exact-cover long tiles, gemv_tma's tilings; a line a shape), bounded by the call's time left
-[ "$tma_ok" = 0 ] && timeout 60 python3 scripts/gpu/gemv_wide_ab.py --norm 2>&1 | filter | tee "$OUT/gemv_tma_norm.txt"
+timeout 60 python3 scripts/gpu/gemv_wide_ab.py --norm 2>&1 | filter | tee "$OUT/gemv_tma_norm.txt"
 sweep=$((575 - SECONDS)); [ "$sweep" -gt "${OWED_GEMV_S:-200}" ] && sweep=${OWED_GEMV_S:-200}
 if [ "$sweep" -gt 30 ]; then
   timeout "$sweep" python3 scripts/gpu/gemv_wide_ab.py --kinds exact tma 2>&1 | filter > "$OUT/gemv_exact_tma.txt"

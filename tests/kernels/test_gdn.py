@@ -296,21 +296,6 @@ def test_gdn_tree_cuda_graph_capture() -> None:
     assert torch.equal(o_eager, o_graph)
 
 
-@pytest.mark.gpu  # the prefetch compiles only for a GPU (off when interpreted): run by scripts/gpu/kernels.sh
-@pytest.mark.parametrize("T", [17, 65, 129])
-def test_gdn_tree_prefetch_changes_no_value(T: int) -> None:
-    """GDNTreeConfig.prefetch is an L2 hint: o and every factor equal the default launch's bit for bit (diagonal,
-    pair and state items, the lead row)."""
-    par = random_batch(1, T, seed=T, kinds=("proposal",), device="cuda")
-    q, k, v, g, beta, s0 = (x.cuda() for x in make_inputs(1, T, seed=T, dtype=torch.bfloat16, **SHAPE))
-    base = default_config(T, SHAPE["V"])
-    o, aux = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, use_qk_l2norm=True, config=base)
-    o_pf, aux_pf = wt.gdn_tree(q, k, v, g, beta, par, initial_state=s0, use_qk_l2norm=True,
-                               config=base._replace(prefetch=True))  # fmt: skip
-    assert torch.equal(o, o_pf)
-    assert all(torch.equal(a, b) for a, b in zip(aux, aux_pf, strict=True))
-
-
 def test_default_config_follows_the_h200_sweeps() -> None:
     """64-row tiles for bf16 inputs from 64 nodes, their state items 64 value columns wide in a single tile and 128
     in two (H100, session 55); 32 rows for fp32."""

@@ -37,7 +37,6 @@ import triton
 import triton.language as tl
 
 from weaver.kernels.triton._utils import check_device, dot_lp, interpreting, mm, next_pow2, precision_code, split_bf16
-from weaver.kernels.triton.gdn_tree_prefetch import prefetch_prep_item
 from weaver.kernels.triton.gdn_tree_solve import gdn_tree_solve_kernel, gdn_tree_solve_left_kernel
 from weaver.kernels.triton.structure import TreeStructure, as_structure
 from weaver.ops.gdn import GDNTreeAux, check_gdn_shapes
@@ -79,9 +78,6 @@ class GDNTreeConfig(NamedTuple):
     # 2^k plus its root) then fills tiles of 2^k rows instead of padding to twice as many (H200, session 32:
     # 24.6 us at T = 65 against 16.1 at T = 64 without it); the root's column is vector work
     lead: bool = False
-    # each prep item asks L2 for the lines it reads cold (ancestor rows, depths, H0) before its first load
-    # (`gdn_tree_prefetch`): the A/B of session 56's prep-after-a-GEMM costs, not yet timed on a GPU
-    prefetch: bool = False
 
 
 def default_config(T: int, V: int, dtype: torch.dtype = torch.bfloat16) -> GDNTreeConfig:
@@ -293,7 +289,7 @@ def gdn_tree_prep_kernel(
     H: tl.constexpr, HV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, BK: tl.constexpr,
     BVP: tl.constexpr, TP: tl.constexpr, TA: tl.constexpr, LOG2BT: tl.constexpr, USE_H0: tl.constexpr,
     L2NORM: tl.constexpr, LOWP: tl.constexpr, PREC: tl.constexpr, INTERPRET: tl.constexpr, ITEMS: tl.constexpr,
-    RAW: tl.constexpr, LEAD: tl.constexpr, PREFETCH: tl.constexpr,
+    RAW: tl.constexpr, LEAD: tl.constexpr,
 ):  # fmt: skip
     """Everything that needs no Delta. Program (batch row x value head = axis 0, item w = W0 + axis 1):
       w < NTP                 diagonal item of tile i = w (aux.G, aux.k, X_ii, P_ii);
@@ -348,9 +344,6 @@ def gdn_tree_prep_kernel(
         r_i = i * BT + o_t  # tile rows of A and P
         o_i = LEAD + r_i  # node ids
         m_i = o_i < T
-        if PREFETCH:  # the lines the item reads cold, asked of L2 before its first load
-            prefetch_prep_item(p_anc, depth + i_b * T, h0 + i_bh.to(tl.int64) * K * V, o_i, kind, w, T, K, V, BK, BVP,
-                               TA, NTP, NPAIR, USE_H0)  # fmt: skip
         b_Gi, b_ki, b_rki = _keys(p_k, p_anc, p_g, p_alog, p_dtb, sgt, o_i, m_i, o_k, m_k, T, sqt, BT, TA, L2NORM, RAW)
         b_qi, b_rqi, b_beta = _queries(p_q, p_beta, o_i, m_i, o_k, m_k, scale, sqt, sbt, BT, L2NORM, RAW)
         if kind == 0:
@@ -487,7 +480,7 @@ def gdn_tree_fwd(
             beta.stride(0), beta.stride(1),
             H=H, HV=HV, K=K, V=V, BT=BT, BK=next_pow2(K), BVP=config.BVP, TP=TP, TA=next_pow2(T),
             LOG2BT=BT.bit_length() - 1, USE_H0=use_h0, L2NORM=use_qk_l2norm, LOWP=lowp, PREC=prep_prec,
-            INTERPRET=interp, ITEMS=kind, RAW=gates is not None, LEAD=lead, PREFETCH=config.prefetch and not interp,
+            INTERPRET=interp, ITEMS=kind, RAW=gates is not None, LEAD=lead,
             num_warps=config.prep_warps, num_stages=config.prep_stages,
         )  # fmt: skip
     if not run_solve:
