@@ -4,7 +4,8 @@
 # GEMV, the one-row GEMV sweep, the rounds); on an H100 (whose TMA A/B session 60 ran: scale/h100_session60), the
 # 27B AR step on the defaults (auto: gemv_tma there since session 60), then the rounds for ar, chain 16 and weaver
 # 64. Then (NEXT_PART=2, the next call on the warm machine) on an H200 the draft with a 32k token map and the 27B
-# rounds' greedy tokens against ar's, and on either card greedy = ar on CUDA (tiny fp32 models) in the time left. Every file lands under $OUT.
+# rounds' greedy tokens against ar's, and on either card greedy = ar on CUDA (tiny fp32 models) in the time left.
+# Every file lands under $OUT.
 #   here:    bash scripts/gpu/travel.sh results     (then `full` once the call is back; commit named paths only)
 #   device:  source scripts/gpu/setup.sh; bash scripts/gpu/next_call.sh      (carry .whl)
 #   then, on the warm machine: source scripts/gpu/setup.sh; NEXT_PART=2 bash scripts/gpu/next_call.sh

@@ -33,7 +33,7 @@ from weaver.options import RuntimeOptions
 
 __all__ = [
     "GEMV_BLAS_GPUS", "GEMV_MAX_K", "GEMV_MIN_BYTES", "GEMV_MIN_K", "GEMV_TILE_K", "GEMV_TMA_GPUS", "RowNorm",
-    "gemv_op", "linear", "long_row_tiles", "norm_in_projection", "project", "route", "takes_blas",
+    "gemv_op", "linear", "long_row_tiles", "norm_in_projection", "project", "route",
 ]  # fmt: skip
 
 GEMV_MIN_BYTES = 32 << 20  # weights from this size take the Triton GEMV at one row (and `gemv_config`'s long tiles)
@@ -130,11 +130,6 @@ def route(options: RuntimeOptions, device: torch.device) -> str:
     return _auto_route(device) if device.type == "cuda" else "triton"
 
 
-def takes_blas(options: RuntimeOptions, device: torch.device) -> bool:
-    """Whether one row of a large weight goes to torch's BLAS on `device` (`route`)."""
-    return route(options, device) == "blas"
-
-
 def linear(
     x: torch.Tensor,  # [..., K]
     weight: torch.Tensor,  # [N, K]
@@ -144,9 +139,8 @@ def linear(
     norm: RowNorm | None = None,  # project norm(x): the TMA GEMV takes an offset RMSNorm itself, else it runs first
     residual: torch.Tensor | None = None,  # [..., N]: added to the projection (the TMA GEMV in its epilogue)
 ) -> torch.Tensor:
-    """x @ weight^T (no bias), or SwiGLU of it, of norm(x) where given, plus residual where given: the Triton GEMV
-    (options.gemv "tma": its TMA variant) for one row of a large weight (unless this GPU's BLAS reads it faster:
-    `takes_blas`), else F.linear."""
+    """x @ weight^T (no bias), or SwiGLU of it, of norm(x) where given, plus residual where given: for one row of a
+    large weight the path `route` names (the Triton GEMV, its TMA variant, or BLAS), else F.linear."""
     min_bytes = GEMV_MIN_BYTES if min_bytes is None else min_bytes
     kernel = _takes_gemv(x, weight, min_bytes, swiglu) and use_kernel(options, x, weight)
     path = route(options, x.device) if kernel else "blas"
