@@ -173,6 +173,28 @@ def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
     assert_close("tma decode step", logits["triton"], logits["tma"], 5e-2)
 
 
+def test_norms_inside_the_projections_leave_a_compiled_verify_fused_as_before():
+    """A multi-row forward (a verify, a prefill) runs F.linear on every route, so the layers that hand their norms
+    and residual adds to the projections (`norm_in_projection`, the TMA route: auto's on an H100) must compile to
+    the same inductor kernels, with the same logits, as the layers that run them themselves."""
+    from torch._inductor import metrics
+
+    import weaver
+
+    counts, logits = {}, {}
+    for route in ("triton", "tma"):
+        torch._dynamo.reset()
+        metrics.reset()
+        llm = weaver.LLM.from_config("tiny-qwen3_5", seed=3, dtype="fp32", options=TORCH.replace(gemv=route))
+        cache = llm.model.allocate_cache(1, 16)
+        step = torch.compile(lambda tokens, model=llm.model, cache=cache: model(tokens, cache).logits)
+        logits[route] = step(torch.tensor([[5, 17, 42, 8, 9, 10, 11, 12]]))
+        counts[route] = metrics.generated_kernel_count
+    torch._dynamo.reset()
+    assert counts["triton"] == counts["tma"] > 0
+    assert torch.equal(logits["triton"], logits["tma"])
+
+
 # interpreted: rows past N in the last program, a K that ends mid-tile (TMA reads zeros past both); compiled: the
 # 27B N = 5,120 shapes and a SwiGLU block, at the default tiles
 TMA_CASES = ([((5120, 6144), TmaTiles()), ((5120, 17408), TmaTiles(16, 128, 8)), ((2 * 8704, 5120), TmaTiles())]
