@@ -164,7 +164,7 @@ def test_a_hybrid_decode_step_with_the_norms_in_the_tma_gemvs(monkeypatch):
     logits = {}
     for route in ("triton", "tma"):
         llm = weaver.LLM.from_config("tiny-qwen3_5", seed=3, dtype="bf16", options=TRITON.replace(gemv=route))
-        cache, device = llm.model.allocate_cache(1, 16), llm.model.model.embed_tokens.weight.device  # cuda on a GPU
+        cache, device = llm.model.allocate_cache(1, 16), llm.model.device  # cuda on a GPU
         llm.model(torch.tensor([[5, 17, 42]], device=device), cache)
         logits[route] = llm.model(torch.tensor([[8]], device=device), cache).logits.float()
     layers = llm.model.config.num_hidden_layers
